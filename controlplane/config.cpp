@@ -1,0 +1,346 @@
+// Config loading with toml++: every value is type- and range-checked, unknown keys are errors, and
+// each error names the file, line, key and what is wrong.
+#include "controlplane/config.hpp"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace fedgate {
+
+namespace {
+
+std::string where(const std::string& file, uint32_t line, uint32_t column) {
+    std::ostringstream o;
+    o << file;
+    if (line != 0) o << ':' << line << ':' << column;
+    return o.str();
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::string file, std::string key, std::string what, uint32_t line, uint32_t column)
+    : std::runtime_error(where(file, line, column) + ": " + (key.empty() ? "" : key + ": ") + what),
+      file_(std::move(file)),
+      key_(std::move(key)) {}
+
+std::optional<uint32_t> parse_ipv4(const std::string& s) {
+    in_addr a{};
+    if (inet_pton(AF_INET, s.c_str(), &a) != 1) return std::nullopt;
+    return ntohl(a.s_addr);
+}
+
+std::string format_ipv4(uint32_t host_order) {
+    char buf[INET_ADDRSTRLEN];
+    const in_addr a{htonl(host_order)};
+    inet_ntop(AF_INET, &a, buf, sizeof buf);
+    return buf;
+}
+
+std::optional<Ipv4Cidr> parse_cidr(const std::string& s) {
+    const auto slash = s.find('/');
+    if (slash == std::string::npos) return std::nullopt;
+    const auto ip = parse_ipv4(s.substr(0, slash));
+    const std::string len = s.substr(slash + 1);
+    if (!ip || len.empty() || len.size() > 2 || !std::all_of(len.begin(), len.end(), ::isdigit)) return std::nullopt;
+    const int n = std::stoi(len);
+    if (n < 1 || n > 32) return std::nullopt;
+    return Ipv4Cidr{*ip, static_cast<uint8_t>(n)};
+}
+
+std::string Ipv4Cidr::str() const { return format_ipv4(addr) + "/" + std::to_string(prefix_len); }
+
+namespace {
+
+uint32_t mask_of(uint8_t len) { return len == 0 ? 0 : ~uint32_t{0} << (32 - len); }
+
+// Reads one table, remembering the dotted path for errors, and refuses keys it was not asked for.
+class TableReader {
+public:
+    TableReader(const std::string& file, const toml::table& t, std::string path)
+        : file_(file), t_(t), path_(std::move(path)) {}
+
+    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+        const toml::node* n = t_.get(key);
+        const auto& src = n != nullptr ? n->source() : t_.source();
+        throw ConfigError(file_, full(key), what, src.begin.line, src.begin.column);
+    }
+
+    std::string full(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+    std::optional<std::string> string(const std::string& key, bool required) {
+        seen_.insert(key);
+        const toml::node* n = t_.get(key);
+        if (n == nullptr) {
+            if (required) fail(key, "missing (required)");
+            return std::nullopt;
+        }
+        if (!n->is_string()) fail(key, "must be a string");
+        return n->as_string()->get();
+    }
+
+    std::optional<int64_t> integer(const std::string& key, bool required, int64_t min, int64_t max) {
+        seen_.insert(key);
+        const toml::node* n = t_.get(key);
+        if (n == nullptr) {
+            if (required) fail(key, "missing (required)");
+            return std::nullopt;
+        }
+        if (!n->is_integer()) fail(key, "must be an integer");
+        const int64_t v = n->as_integer()->get();
+        if (v < min || v > max)
+            fail(key, std::to_string(v) + " is out of range " + std::to_string(min) + ".." + std::to_string(max));
+        return v;
+    }
+
+    void uint(const std::string& key, uint32_t& out, int64_t min, int64_t max) {
+        if (auto v = integer(key, false, min, max)) out = static_cast<uint32_t>(*v);
+    }
+
+    std::vector<std::string> string_list(const std::string& key, bool required) {
+        seen_.insert(key);
+        const toml::node* n = t_.get(key);
+        std::vector<std::string> out;
+        if (n == nullptr) {
+            if (required) fail(key, "missing (required)");
+            return out;
+        }
+        const toml::array* a = n->as_array();
+        if (a == nullptr) fail(key, "must be a list of strings");
+        for (const toml::node& e : *a) {
+            if (!e.is_string()) fail(key, "must be a list of strings");
+            out.push_back(e.as_string()->get());
+        }
+        return out;
+    }
+
+    void mark(const std::string& key) { seen_.insert(key); }
+
+    void no_other_keys() const {
+        for (const auto& [k, v] : t_) {
+            if (!seen_.count(std::string(k.str())))
+                throw ConfigError(file_, full(std::string(k.str())), "unknown key", v.source().begin.line,
+                                  v.source().begin.column);
+        }
+    }
+
+private:
+    const std::string& file_;
+    const toml::table& t_;
+    std::string path_;
+    std::set<std::string> seen_;
+};
+
+bool valid_name(const std::string& s) {
+    return !s.empty() && s.size() <= 32 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; });
+}
+
+std::vector<uint8_t> parse_hex(const std::string& s) {
+    std::vector<uint8_t> out;
+    if (s.size() % 2 != 0) return {};
+    for (std::size_t i = 0; i < s.size(); i += 2) {
+        if (!std::isxdigit(static_cast<unsigned char>(s[i])) || !std::isxdigit(static_cast<unsigned char>(s[i + 1])))
+            return {};
+        out.push_back(static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16)));
+    }
+    return out;
+}
+
+const toml::table& sub_table(TableReader& r, const toml::table& root, const std::string& key, bool required,
+                             const toml::table& empty) {
+    const toml::node* n = root.get(key);
+    if (n == nullptr) {
+        if (required) r.fail(key, "missing table [" + key + "] (required)");
+        return empty;
+    }
+    if (!n->is_table()) r.fail(key, "must be a table [" + key + "]");
+    return *n->as_table();
+}
+
+// [[name]] arrays: each element a table.
+std::vector<const toml::table*> table_array(TableReader& r, const toml::table& root, const std::string& key) {
+    std::vector<const toml::table*> out;
+    const toml::node* n = root.get(key);
+    if (n == nullptr) return out;
+    const toml::array* a = n->as_array();
+    if (a == nullptr) r.fail(key, "must be an array of tables [[" + key + "]]");
+    for (const toml::node& e : *a) {
+        if (!e.is_table()) r.fail(key, "must be an array of tables [[" + key + "]]");
+        out.push_back(e.as_table());
+    }
+    return out;
+}
+
+void read_gateway(const std::string& file, const toml::table& t, Config& c) {
+    TableReader r(file, t, "gateway");
+    c.party = *r.string("party", true);
+    if (!valid_name(c.party)) r.fail("party", "'" + c.party + "' must be 1-32 letters, digits, '-' or '_'");
+    c.party_id = static_cast<uint16_t>(*r.integer("party_id", true, 1, 65535));
+    if (auto s = r.string("socket", false)) c.socket = *s;
+    if (c.socket.empty() || c.socket[0] != '/') r.fail("socket", "'" + c.socket + "' must be an absolute path");
+    if (c.socket.size() >= 108) r.fail("socket", "path longer than a Unix socket allows (107 bytes)");
+    if (auto s = r.string("state_dir", false)) c.state_dir = *s;
+    if (c.state_dir.empty() || c.state_dir[0] != '/')
+        r.fail("state_dir", "'" + c.state_dir + "' must be an absolute path");
+    r.no_other_keys();
+}
+
+void read_dataplane(const std::string& file, const toml::table& t, DataplaneSettings& d) {
+    TableReader r(file, t, "dataplane");
+    if (auto idle = r.string("idle", false)) {
+        if (*idle == "spin")
+            d.idle_spin = true;
+        else if (*idle == "backoff")
+            d.idle_spin = false;
+        else
+            r.fail("idle", "'" + *idle + "' must be \"backoff\" or \"spin\"");
+    }
+    r.uint("idle_sleep_max_us", d.idle_sleep_max_us, 1, 100'000);
+    r.uint("idle_polls_before_sleep", d.idle_polls_before_sleep, 1, 1'000'000);
+    r.uint("mbufs", d.mbufs, 1023, 1 << 22);
+    r.uint("neighbour_capacity", d.neighbour_capacity, 16, 1 << 20);
+    r.uint("neighbour_reachable_s", d.neighbour_reachable_s, 1, 86'400);
+    r.uint("neighbour_stale_s", d.neighbour_stale_s, 1, 86'400);
+    r.uint("arp_probe_interval_ms", d.arp_probe_interval_ms, 10, 60'000);
+    r.uint("arp_probes", d.arp_probes, 1, 100);
+    if (d.neighbour_stale_s < d.neighbour_reachable_s)
+        r.fail("neighbour_stale_s", "must not be below neighbour_reachable_s");
+    r.no_other_keys();
+}
+
+PortConfig read_port(const std::string& file, const toml::table& t, std::size_t i) {
+    TableReader r(file, t, "port[" + std::to_string(i) + "]");
+    PortConfig p;
+    p.name = *r.string("name", true);
+    if (!valid_name(p.name)) r.fail("name", "'" + p.name + "' must be 1-32 letters, digits, '-' or '_'");
+    const std::string role = *r.string("role", true);
+    if (role == "internal")
+        p.role = PortRoleCfg::internal;
+    else if (role == "external")
+        p.role = PortRoleCfg::external;
+    else
+        r.fail("role", "'" + role + "' must be \"internal\" or \"external\"");
+    p.device = *r.string("device", true);
+    if (p.device.empty()) r.fail("device", "must not be empty (a vdev such as net_af_packet0,iface=eth1 or a PCI address)");
+    const std::string addr = *r.string("address", true);
+    const auto cidr = parse_cidr(addr);
+    if (!cidr) r.fail("address", "'" + addr + "' is not an IPv4 address with prefix length, like 198.18.1.1/24");
+    const uint32_t m = mask_of(cidr->prefix_len);
+    if (cidr->prefix_len < 31 && ((cidr->addr & ~m) == 0 || (cidr->addr & ~m) == ~m))
+        r.fail("address", "'" + addr + "' is the network or broadcast address of its subnet");
+    p.address = *cidr;
+    if (auto nh = r.string("next_hop", false)) {
+        const auto ip = parse_ipv4(*nh);
+        if (!ip) r.fail("next_hop", "'" + *nh + "' is not an IPv4 address");
+        if (((*ip ^ cidr->addr) & m) != 0) r.fail("next_hop", "'" + *nh + "' is not inside " + addr);
+        if (*ip == cidr->addr) r.fail("next_hop", "'" + *nh + "' is the port's own address");
+        p.next_hop = *ip;
+    }
+    r.no_other_keys();
+    return p;
+}
+
+PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t i) {
+    TableReader r(file, t, "peer[" + std::to_string(i) + "]");
+    PeerConfig p;
+    p.party = *r.string("party", true);
+    if (!valid_name(p.party)) r.fail("party", "'" + p.party + "' must be 1-32 letters, digits, '-' or '_'");
+    p.party_id = static_cast<uint16_t>(*r.integer("party_id", true, 1, 65535));
+    const std::string addr = *r.string("address", true);
+    const auto ip = parse_ipv4(addr);
+    if (!ip) r.fail("address", "'" + addr + "' is not an IPv4 address");
+    p.address = *ip;
+    const std::string key = *r.string("key", true);
+    p.key = parse_hex(key);
+    if (p.key.empty()) r.fail("key", "must be an even number of hex digits");
+    if (p.key.size() < 16) r.fail("key", "is " + std::to_string(p.key.size()) + " bytes; at least 16 are needed");
+    r.no_other_keys();
+    return p;
+}
+
+void check_whole(const std::string& file, const toml::table& root, Config& c) {
+    TableReader r(file, root, "");
+    const auto port_tables = table_array(r, root, "port");
+    const auto fail_at = [&](const std::string& key, std::size_t i, const std::string& what) {
+        TableReader(file, *port_tables[i], "port[" + std::to_string(i) + "]").fail(key, what);
+    };
+    if (c.ports.empty()) r.fail("port", "at least one [[port]] with role \"internal\" and one with \"external\" are required");
+    std::size_t external = 0, internal = 0;
+    for (std::size_t i = 0; i < c.ports.size(); ++i) {
+        const PortConfig& p = c.ports[i];
+        (p.role == PortRoleCfg::external ? external : internal)++;
+        for (std::size_t j = 0; j < i; ++j) {
+            const PortConfig& q = c.ports[j];
+            if (q.name == p.name) fail_at("name", i, "'" + p.name + "' is already the name of port[" + std::to_string(j) + "]");
+            if (q.device == p.device) fail_at("device", i, "'" + p.device + "' is already used by port '" + q.name + "'");
+            const uint32_t m = mask_of(std::min(p.address.prefix_len, q.address.prefix_len));
+            if (((p.address.addr ^ q.address.addr) & m) == 0)
+                fail_at("address", i, p.address.str() + " overlaps " + q.address.str() + " of port '" + q.name + "'");
+        }
+    }
+    if (external != 1) r.fail("port", "exactly one [[port]] must have role \"external\" (found " + std::to_string(external) + ")");
+    if (internal == 0) r.fail("port", "at least one [[port]] must have role \"internal\"");
+    if (std::count_if(c.ports.begin(), c.ports.end(), [](const PortConfig& p) { return p.next_hop.has_value(); }) > 1)
+        r.fail("port", "only one port may have a next_hop (the default route)");
+
+    const auto peer_tables = table_array(r, root, "peer");
+    for (std::size_t i = 0; i < c.peers.size(); ++i) {
+        TableReader pr(file, *peer_tables[i], "peer[" + std::to_string(i) + "]");
+        const PeerConfig& p = c.peers[i];
+        if (p.party == c.party || p.party_id == c.party_id)
+            pr.fail(p.party == c.party ? "party" : "party_id", "a peer cannot be this gateway's own party");
+        for (std::size_t j = 0; j < i; ++j) {
+            if (c.peers[j].party == p.party) pr.fail("party", "'" + p.party + "' is listed twice");
+            if (c.peers[j].party_id == p.party_id) pr.fail("party_id", std::to_string(p.party_id) + " is listed twice");
+            if (c.peers[j].address == p.address) pr.fail("address", format_ipv4(p.address) + " is listed twice");
+        }
+    }
+}
+
+}  // namespace
+
+Config parse_config(const std::string& text, const std::string& source_name) {
+    toml::table root;
+    try {
+        root = toml::parse(text, source_name);
+    } catch (const toml::parse_error& e) {
+        throw ConfigError(source_name, "", std::string(e.description()), e.source().begin.line, e.source().begin.column);
+    }
+    Config c;
+    c.source = source_name;
+    TableReader top(source_name, root, "");
+    const toml::table empty;
+    read_gateway(source_name, sub_table(top, root, "gateway", true, empty), c);
+    {
+        TableReader eal(source_name, sub_table(top, root, "eal", true, empty), "eal");
+        c.eal_args = eal.string_list("args", true);
+        eal.no_other_keys();
+    }
+    read_dataplane(source_name, sub_table(top, root, "dataplane", false, empty), c.dataplane);
+    const auto ports = table_array(top, root, "port");
+    for (std::size_t i = 0; i < ports.size(); ++i) c.ports.push_back(read_port(source_name, *ports[i], i));
+    const auto peers = table_array(top, root, "peer");
+    for (std::size_t i = 0; i < peers.size(); ++i) c.peers.push_back(read_peer(source_name, *peers[i], i));
+    for (const char* k : {"gateway", "eal", "dataplane", "port", "peer"}) top.mark(k);
+    top.no_other_keys();
+    check_whole(source_name, root, c);
+    return c;
+}
+
+Config load_config_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw ConfigError(path, "", "cannot open: " + std::string(std::strerror(errno)));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse_config(ss.str(), path);
+}
+
+}  // namespace fedgate

@@ -1,0 +1,301 @@
+// Gateway start-up, shutdown, and the management requests.
+#include "controlplane/gateway.hpp"
+
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_icmp.h>
+#include <rte_ip.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <tbb/task_arena.h>
+
+#include "controlplane/log.hpp"
+#include "controlplane/mgmt_server.hpp"
+#include "controlplane/pinger.hpp"
+
+namespace fedgate {
+namespace {
+
+constexpr unsigned kRingSize = 1024;
+constexpr unsigned kMempoolCache = 256;
+constexpr uint32_t kMaxPingCount = 100;
+constexpr uint32_t kMaxPingTimeoutMs = 10'000;
+
+std::string mac_str(const rte_ether_addr& a) {
+    char buf[RTE_ETHER_ADDR_FMT_SIZE];
+    rte_ether_format_addr(buf, sizeof buf, &a);
+    return buf;
+}
+
+tbb::task_arena& control_arena() {
+    static tbb::task_arena arena(2);
+    return arena;
+}
+
+int dataplane_lcore_main(void* arg) {
+    auto* args = static_cast<std::pair<Dataplane*, const std::atomic<bool>*>*>(arg);
+    args->first->run(*args->second);
+    return 0;
+}
+
+}  // namespace
+
+Gateway::Gateway(Config cfg) : cfg_(std::move(cfg)), started_(std::chrono::steady_clock::now()) {}
+
+Gateway::~Gateway() { stop(); }
+
+int Gateway::run(const std::atomic<bool>& quit) {
+    try {
+        start();
+    } catch (const std::exception& e) {
+        FG_LOG(ERR, gateway, "start-up failed: %s", e.what());
+        stop();
+        return 1;
+    }
+    FG_LOG(INFO, gateway, "party %s (id %u) up: %zu ports, data plane on lcore %u, socket %s", cfg_.party.c_str(),
+           cfg_.party_id, ports_.size(), dp_lcore_, cfg_.socket.c_str());
+
+    punt_thread_ = std::thread([this] { punt_loop(stop_control_); });
+    mgmt_->start();
+
+    std::pair<Dataplane*, const std::atomic<bool>*> args{dp_.get(), &quit};
+    if (dp_lcore_ == rte_get_main_lcore()) {
+        dp_->run(quit);
+    } else {
+        rte_eal_remote_launch(dataplane_lcore_main, &args, dp_lcore_);
+        rte_eal_wait_lcore(dp_lcore_);
+    }
+    FG_LOG(INFO, gateway, "stopping");
+    stop();
+    return 0;
+}
+
+void Gateway::start() {
+    std::error_code ec;
+    std::filesystem::create_directories(cfg_.state_dir, ec);
+    if (ec) throw std::runtime_error("state_dir '" + cfg_.state_dir + "': " + ec.message());
+    std::filesystem::create_directories(std::filesystem::path(cfg_.socket).parent_path(), ec);
+    if (ec) throw std::runtime_error("socket directory for '" + cfg_.socket + "': " + ec.message());
+
+    std::vector<std::string> args{"fedgated"};
+    args.insert(args.end(), cfg_.eal_args.begin(), cfg_.eal_args.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (rte_eal_init(static_cast<int>(args.size()), argv.data()) < 0)
+        throw std::runtime_error(std::string("EAL init failed (eal.args): ") + rte_strerror(rte_errno));
+    eal_up_ = true;
+    log_types();
+
+    // The data plane takes the first worker lcore if there is one, else shares the main lcore.
+    const unsigned worker = rte_get_next_lcore(-1, 1, 0);
+    dp_lcore_ = worker < RTE_MAX_LCORE ? worker : rte_get_main_lcore();
+    const int socket = static_cast<int>(rte_lcore_to_socket_id(dp_lcore_));
+
+    pool_ = rte_pktmbuf_pool_create("fg_mbufs", cfg_.dataplane.mbufs, kMempoolCache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                    socket);
+    if (pool_ == nullptr)
+        throw std::runtime_error("cannot create " + std::to_string(cfg_.dataplane.mbufs) +
+                                 " mbufs (dataplane.mbufs; EAL memory -m): " + rte_strerror(rte_errno));
+    punt_ = rte_ring_create("fg_punt", kRingSize, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    inject_ = rte_ring_create("fg_inject", kRingSize, socket, RING_F_SC_DEQ);
+    if (punt_ == nullptr || inject_ == nullptr)
+        throw std::runtime_error(std::string("cannot create the control rings: ") + rte_strerror(rte_errno));
+
+    for (const PortConfig& pc : cfg_.ports) {
+        ports_.push_back(bring_up_port(PortSetup{pc.name, pc.device}, pool_));
+        DpPortConfig d;
+        d.port_id = ports_.back().port_id;
+        d.role = pc.role == PortRoleCfg::external ? PortRole::external : PortRole::internal;
+        d.mac = ports_.back().mac;
+        d.addr = rte_cpu_to_be_32(pc.address.addr);
+        d.prefix_len = pc.address.prefix_len;
+        d.next_hop = pc.next_hop ? rte_cpu_to_be_32(*pc.next_hop) : 0;
+        dp_ports_.push_back(d);
+        FG_LOG(INFO, gateway, "port %s: %s (%s) port_id %u mac %s address %s", pc.name.c_str(), pc.device.c_str(),
+               ports_.back().driver.c_str(), d.port_id, mac_str(d.mac).c_str(), pc.address.str().c_str());
+    }
+
+    DataplaneConfig dc;
+    const DataplaneSettings& s = cfg_.dataplane;
+    dc.idle = IdleConfig{s.idle_spin, s.idle_polls_before_sleep, 1, s.idle_sleep_max_us};
+    dc.neighbour = NeighbourTimers{s.neighbour_reachable_s * 1000, s.neighbour_stale_s * 1000,
+                                   s.arp_probe_interval_ms, s.arp_probes};
+    dc.neighbour_capacity = s.neighbour_capacity;
+    dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_});
+    pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
+    mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::json& r) { return handle(r); },
+                                         control_arena());
+}
+
+void Gateway::stop() {
+    stop_control_.store(true);
+    if (mgmt_) mgmt_->stop();
+    mgmt_.reset();
+    if (punt_thread_.joinable()) punt_thread_.join();
+    dp_.reset();
+    pinger_.reset();
+    for (rte_ring* r : {punt_, inject_}) {
+        if (r == nullptr) continue;
+        void* m;
+        while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+        rte_ring_free(r);
+    }
+    punt_ = inject_ = nullptr;
+    for (const PortHandle& p : ports_) close_port(p);
+    ports_.clear();
+    if (pool_ != nullptr) rte_mempool_free(pool_);
+    pool_ = nullptr;
+    if (eal_up_) rte_eal_cleanup();
+    eal_up_ = false;
+}
+
+// The control side of the punt ring: hands each packet to whoever waits for it.
+void Gateway::punt_loop(const std::atomic<bool>& quit) {
+    IdleBackoff idle(IdleConfig{false, 64, 10, 2000});
+    rte_mbuf* pkts[Dataplane::kBurst];
+    while (!quit.load()) {
+        const unsigned n = rte_ring_sc_dequeue_burst(punt_, reinterpret_cast<void**>(pkts), Dataplane::kBurst, nullptr);
+        for (unsigned i = 0; i < n; ++i) {
+            ParsedPacket p;
+            if (parse_packet(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]), p) ==
+                    DropReason::none &&
+                p.ip_proto == kIpProtoIcmp && p.icmp_type == RTE_IP_ICMP_ECHO_REPLY) {
+                const auto* icmp = rte_pktmbuf_mtod_offset(pkts[i], const rte_icmp_hdr*, p.l4_offset);
+                pinger_->on_echo_reply(p.src_ip, icmp->icmp_ident, icmp->icmp_seq_nb);
+            }
+            rte_pktmbuf_free(pkts[i]);
+        }
+        if (const uint32_t us = idle.after_poll(n); us != 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Management requests.
+
+nlohmann::json Gateway::handle(const nlohmann::json& req) {
+    const std::string cmd = req.at("cmd").get<std::string>();
+    if (cmd == "status") return status();
+    if (cmd == "stats") return stats();
+    if (cmd == "ping") return ping(req);
+    throw MgmtError("unknown cmd '" + cmd + "' (status, stats, ping)");
+}
+
+nlohmann::json Gateway::status() const {
+    nlohmann::json ports = nlohmann::json::array();
+    for (std::size_t i = 0; i < ports_.size(); ++i) {
+        const PortConfig& pc = cfg_.ports[i];
+        const LinkState link = link_state(ports_[i].port_id);
+        ports.push_back({
+            {"name", pc.name},
+            {"role", pc.role == PortRoleCfg::external ? "external" : "internal"},
+            {"port_id", ports_[i].port_id},
+            {"device", pc.device},
+            {"driver", ports_[i].driver},
+            {"address", pc.address.str()},
+            {"next_hop", pc.next_hop ? nlohmann::json(format_ipv4(*pc.next_hop)) : nlohmann::json(nullptr)},
+            {"mac", mac_str(ports_[i].mac)},
+            {"link", {{"up", link.up}, {"speed_mbps", link.speed_mbps}, {"duplex", link.full_duplex ? "full" : "half"}}},
+            {"neighbours", dp_->neighbour_entries(i)},
+        });
+    }
+    nlohmann::json peers = nlohmann::json::array();
+    for (const PeerConfig& p : cfg_.peers)
+        peers.push_back({{"party", p.party}, {"party_id", p.party_id}, {"address", format_ipv4(p.address)}});
+    const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    return {
+        {"party", cfg_.party},
+        {"party_id", cfg_.party_id},
+        {"version", FEDGATE_VERSION},
+        {"pid", ::getpid()},
+        {"uptime_s", uptime},
+        {"dataplane_lcores", {dp_lcore_}},
+        {"idle", cfg_.dataplane.idle_spin ? "spin" : "backoff"},
+        {"ports", ports},
+        {"peers", peers},
+    };
+}
+
+nlohmann::json Gateway::stats() const {
+    nlohmann::json ports = nlohmann::json::array();
+    uint64_t totals[kDropReasonCount] = {};
+    for (std::size_t i = 0; i < ports_.size(); ++i) {
+        const PortCounters& c = dp_->port_counters(i);
+        nlohmann::json reasons = nlohmann::json::object();
+        for (std::size_t r = 0; r < kDropReasonCount; ++r) {
+            const uint64_t v = c.drops[r].get();
+            totals[r] += v;
+            if (v != 0) reasons[std::string(kDropReasonNames[r])] = v;
+        }
+        rte_eth_stats hw{};
+        rte_eth_stats_get(ports_[i].port_id, &hw);
+        ports.push_back({
+            {"name", cfg_.ports[i].name},
+            {"rx_packets", c.rx_packets.get()},
+            {"rx_bytes", c.rx_bytes.get()},
+            {"tx_packets", c.tx_packets.get()},
+            {"tx_bytes", c.tx_bytes.get()},
+            {"drops", c.total_drops()},
+            {"drops_by_reason", reasons},
+            {"hw",
+             {{"ipackets", hw.ipackets},
+              {"opackets", hw.opackets},
+              {"ibytes", hw.ibytes},
+              {"obytes", hw.obytes},
+              {"imissed", hw.imissed},
+              {"ierrors", hw.ierrors},
+              {"oerrors", hw.oerrors},
+              {"rx_nombuf", hw.rx_nombuf}}},
+        });
+    }
+    nlohmann::json drops = nlohmann::json::object();
+    for (std::size_t r = 0; r < kDropReasonCount; ++r) drops[std::string(kDropReasonNames[r])] = totals[r];
+    const LcoreCounters& l = dp_->counters();
+    return {
+        {"ports", ports},
+        {"drops_by_reason", drops},
+        {"arp",
+         {{"requests_sent", l.arp_requests_sent.get()},
+          {"requests_received", l.arp_requests_received.get()},
+          {"replies_sent", l.arp_replies_sent.get()},
+          {"replies_received", l.arp_replies_received.get()}}},
+        {"icmp", {{"echo_requests_received", l.echo_requests_received.get()}, {"echo_replies_sent", l.echo_replies_sent.get()}}},
+        {"neighbour",
+         {{"entries", dp_->neighbour_entries()},
+          {"learned", l.neigh_learned.get()},
+          {"expired", l.neigh_expired.get()},
+          {"failed", l.neigh_failed.get()},
+          {"unresolved_drops", totals[static_cast<std::size_t>(DropReason::neighbour_unresolved)]}}},
+        {"loop", {{"polls", l.polls.get()}, {"busy_polls", l.busy_polls.get()}, {"idle_sleeps", l.idle_sleeps.get()}}},
+        {"control", {{"punted", l.punted.get()}, {"injected", l.injected.get()}, {"unmatched_echo_replies", pinger_->unmatched_replies()}}},
+    };
+}
+
+nlohmann::json Gateway::ping(const nlohmann::json& req) {
+    if (!req.contains("dst") || !req["dst"].is_string()) throw MgmtError("ping: \"dst\" must be an IPv4 address string");
+    const auto dst = parse_ipv4(req["dst"].get<std::string>());
+    if (!dst) throw MgmtError("ping: dst '" + req["dst"].get<std::string>() + "' is not an IPv4 address");
+    const auto count = req.value("count", 3u);
+    const auto timeout = req.value("timeout_ms", 1000u);
+    if (count < 1 || count > kMaxPingCount) throw MgmtError("ping: count must be 1.." + std::to_string(kMaxPingCount));
+    if (timeout < 1 || timeout > kMaxPingTimeoutMs)
+        throw MgmtError("ping: timeout_ms must be 1.." + std::to_string(kMaxPingTimeoutMs));
+    const PingResult r = pinger_->ping(rte_cpu_to_be_32(*dst), count, std::chrono::milliseconds(timeout));
+    nlohmann::json rtts = nlohmann::json::array();
+    for (const auto& rtt : r.rtt_ms) rtts.push_back(rtt ? nlohmann::json(*rtt) : nlohmann::json(nullptr));
+    return {{"dst", format_ipv4(*dst)},
+            {"src", format_ipv4(rte_be_to_cpu_32(r.src))},
+            {"port", cfg_.ports[r.port].name},
+            {"sent", r.sent},
+            {"received", r.received},
+            {"rtt_ms", rtts}};
+}
+
+}  // namespace fedgate

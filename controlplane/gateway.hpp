@@ -1,0 +1,65 @@
+// The gateway: one facade over everything a running fedgated owns — the EAL, its ports, the
+// data-plane lcore, the control threads and the management socket.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controlplane/config.hpp"
+#include "dataplane/dataplane.hpp"
+#include "drivers/port.hpp"
+
+struct rte_mempool;
+struct rte_ring;
+
+namespace fedgate {
+
+class MgmtServer;
+class Pinger;
+
+class Gateway {
+public:
+    explicit Gateway(Config cfg);
+    ~Gateway();
+    Gateway(const Gateway&) = delete;
+    Gateway& operator=(const Gateway&) = delete;
+
+    // Initialises the EAL and brings everything up, runs until `quit` turns true, then tears down in
+    // order. Returns the process exit code; start-up failures are logged with their cause.
+    int run(const std::atomic<bool>& quit);
+
+    // One management request (already parsed); returns the result object or throws with a message.
+    nlohmann::json handle(const nlohmann::json& request);
+
+private:
+    void start();   // throws std::runtime_error on any start-up failure
+    void stop();
+    void punt_loop(const std::atomic<bool>& quit);
+
+    nlohmann::json status() const;
+    nlohmann::json stats() const;
+    nlohmann::json ping(const nlohmann::json& request);
+
+    Config cfg_;
+    std::chrono::steady_clock::time_point started_;
+    bool eal_up_ = false;
+    rte_mempool* pool_ = nullptr;
+    rte_ring* punt_ = nullptr;
+    rte_ring* inject_ = nullptr;
+    std::vector<PortHandle> ports_;
+    std::vector<DpPortConfig> dp_ports_;
+    std::unique_ptr<Dataplane> dp_;
+    std::unique_ptr<Pinger> pinger_;
+    std::unique_ptr<MgmtServer> mgmt_;
+    std::thread punt_thread_;
+    std::atomic<bool> stop_control_{false};
+    unsigned dp_lcore_ = 0;
+};
+
+}  // namespace fedgate

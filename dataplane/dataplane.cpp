@@ -1,0 +1,367 @@
+// The data-plane loop and its packet handlers. Shape follows DPDK's l2fwd/l3fwd: the loop first,
+// then the handlers it calls.
+#include "dataplane/dataplane.hpp"
+
+#include <rte_arp.h>
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_icmp.h>
+#include <rte_ip.h>
+#include <rte_mbuf.h>
+#include <rte_prefetch.h>
+#include <rte_ring.h>
+
+#include <cstring>
+
+namespace fedgate {
+namespace {
+
+constexpr int kPrefetchAhead = 3;
+constexpr uint8_t kDefaultTtl = 64;
+
+uint32_t prefix_mask(uint8_t len) { return rte_cpu_to_be_32(len == 0 ? 0 : ~uint32_t{0} << (32 - len)); }
+
+MacAddr to_mac(const rte_ether_addr& a) {
+    MacAddr m;
+    std::memcpy(m.data(), a.addr_bytes, m.size());
+    return m;
+}
+
+rte_ether_addr from_mac(const MacAddr& m) {
+    rte_ether_addr a;
+    std::memcpy(a.addr_bytes, m.data(), m.size());
+    return a;
+}
+
+template <typename T>
+T* at(rte_mbuf* m, uint32_t off) { return rte_pktmbuf_mtod_offset(m, T*, off); }
+
+}  // namespace
+
+Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>& ports, rte_mempool* pool,
+                     DpRings rings)
+    : ports_(std::make_unique<Port[]>(ports.size())),
+      nports_(ports.size()),
+      port_cfgs_(ports),
+      neigh_(cfg.neighbour_capacity, cfg.neighbour),
+      pool_(pool),
+      rings_(rings),
+      idle_(cfg.idle),
+      tsc_per_ms_(rte_get_tsc_hz() / 1000) {
+    for (std::size_t i = 0; i < nports_; ++i) {
+        ports_[i].cfg = ports[i];
+        ports_[i].mask = prefix_mask(ports[i].prefix_len);
+    }
+    now_ms_ = now_ms();
+}
+
+Dataplane::~Dataplane() {
+    flush();
+    // Packets still waiting for a neighbour go back to the pool.
+    neigh_.tick(UINT64_MAX, [](Neighbour&) {}, [](Neighbour& n, bool) { rte_pktmbuf_free(n.held); });
+}
+
+uint64_t Dataplane::now_ms() const { return rte_get_tsc_cycles() / tsc_per_ms_; }
+
+// ---------------------------------------------------------------------------------------------
+// The loop.
+
+void Dataplane::run(const std::atomic<bool>& quit) {
+    IdleBackoff idle(idle_);
+    while (!quit.load(std::memory_order_relaxed)) {
+        const uint32_t handled = poll_once();
+        if (const uint32_t us = idle.after_poll(handled); us != 0) {
+            counters_.idle_sleeps.add();
+            rte_delay_us_sleep(us);
+        }
+    }
+    flush();
+}
+
+uint32_t Dataplane::poll_once() {
+    counters_.polls.add();
+    now_ms_ = now_ms();
+    uint32_t handled = 0;
+    rte_mbuf* pkts[kBurst];
+
+    for (uint16_t in = 0; in < nports_; ++in) {
+        const uint16_t n = rte_eth_rx_burst(ports_[in].cfg.port_id, 0, pkts, kBurst);
+        for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
+        for (uint16_t j = 0; j < n; ++j) {
+            if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
+            handle(pkts[j], in);
+        }
+        handled += n;
+    }
+
+    if (rings_.inject != nullptr) {
+        const unsigned n = rte_ring_sc_dequeue_burst(rings_.inject, reinterpret_cast<void**>(pkts), kBurst, nullptr);
+        for (unsigned j = 0; j < n; ++j) handle_inject(pkts[j]);
+        counters_.injected.add(n);
+        handled += n;
+    }
+
+    if (now_ms_ >= next_tick_ms_) {
+        tick(now_ms_);
+        next_tick_ms_ = now_ms_ + kTickMs;
+    }
+    flush();
+    if (handled != 0) counters_.busy_polls.add();
+    return handled;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classification.
+
+void Dataplane::handle(rte_mbuf* m, uint16_t in) {
+    Port& port = ports_[in];
+    port.counters.rx_packets.add();
+    port.counters.rx_bytes.add(rte_pktmbuf_pkt_len(m));
+
+    ParsedPacket p;
+    if (const DropReason r = parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p);
+        r != DropReason::none)
+        return drop(m, in, r);
+
+    const auto* eth = at<rte_ether_hdr>(m, 0);
+    if (!rte_is_same_ether_addr(&eth->dst_addr, &port.cfg.mac) && !rte_is_broadcast_ether_addr(&eth->dst_addr))
+        return drop(m, in, DropReason::l2_not_for_us);
+    if (p.vlan_count != 0) return drop(m, in, DropReason::vlan_unsupported);
+
+    switch (p.ether_type_host) {
+    case kEtherTypeArp: return handle_arp(m, in, p);
+    case kEtherTypeIpv4: return handle_ipv4(m, in, p);
+    default: return drop(m, in, DropReason::ethertype_unsupported);
+    }
+}
+
+void Dataplane::handle_arp(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
+    Port& port = ports_[in];
+    auto* arp = at<rte_arp_hdr>(m, p.l3_offset);
+    const bool request = p.arp_op_host == RTE_ARP_OP_REQUEST;
+    (request ? counters_.arp_requests_received : counters_.arp_replies_received).add();
+
+    const uint32_t sip = arp->arp_data.arp_sip;
+    const bool sender_ok = rte_is_unicast_ether_addr(&arp->arp_data.arp_sha) &&
+                           !rte_is_zero_ether_addr(&arp->arp_data.arp_sha) && sip != port.cfg.addr &&
+                           ((sip ^ port.cfg.addr) & port.mask) == 0;
+    const bool for_us = arp->arp_data.arp_tip == port.cfg.addr;
+
+    // Learn the sender when the ARP is for us; otherwise only refresh one we already know (Linux does
+    // the same), so a chatty segment cannot fill the table.
+    if (sender_ok) {
+        if (Neighbour* n = neigh_.learn(in, sip, to_mac(arp->arp_data.arp_sha), now_ms_, for_us); n != nullptr) {
+            counters_.neigh_learned.add();
+            if (rte_mbuf* held = n->held; held != nullptr) {
+                n->held = nullptr;
+                auto* heth = at<rte_ether_hdr>(held, 0);
+                heth->dst_addr = arp->arp_data.arp_sha;
+                heth->src_addr = port.cfg.mac;
+                tx(held, in);
+            }
+        }
+    }
+    if (!for_us) return drop(m, in, DropReason::arp_not_for_us);
+    // An ARP probe (sender 0.0.0.0) for our address still gets an answer: that is how duplicate
+    // address detection learns the address is taken.
+    if (!sender_ok && sip != 0) return drop(m, in, DropReason::arp_bad_sender);
+    if (!request) {
+        rte_pktmbuf_free(m);
+        return;
+    }
+
+    auto* eth = at<rte_ether_hdr>(m, 0);
+    eth->dst_addr = eth->src_addr;
+    eth->src_addr = port.cfg.mac;
+    arp->arp_opcode = rte_cpu_to_be_16(RTE_ARP_OP_REPLY);
+    arp->arp_data.arp_tha = arp->arp_data.arp_sha;
+    arp->arp_data.arp_tip = sip;
+    arp->arp_data.arp_sha = port.cfg.mac;
+    arp->arp_data.arp_sip = port.cfg.addr;
+    counters_.arp_replies_sent.add();
+    tx(m, in);
+}
+
+bool Dataplane::owns_address(uint32_t ip) const {
+    for (std::size_t i = 0; i < nports_; ++i)
+        if (ports_[i].cfg.addr == ip) return true;
+    return false;
+}
+
+void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
+    const Port& port = ports_[in];
+    const uint32_t src_host = rte_be_to_cpu_32(p.src_ip);
+    if (src_host == 0 || src_host == UINT32_MAX || (src_host >> 28) == 0xe || owns_address(p.src_ip) ||
+        (p.src_ip | port.mask) == UINT32_MAX)  // subnet broadcast of the receiving port
+        return drop(m, in, DropReason::ipv4_bad_source);
+    if (p.fragment) return drop(m, in, DropReason::ipv4_fragment);
+
+    // Weak host model for the gateway's own addresses: a node may ping the external address too.
+    if (owns_address(p.dst_ip)) {
+        switch (p.ip_proto) {
+        case kIpProtoIcmp: return handle_local_icmp(m, in, p);
+        // Port-map export mappings and the resolution service attach here (TCP/UDP to our addresses).
+        case kIpProtoTcp:
+        case kIpProtoUdp: return drop(m, in, DropReason::l4_unhandled);
+        default: return drop(m, in, DropReason::ipv4_proto_unhandled);
+        }
+    }
+    return drop(m, in, DropReason::ipv4_not_for_us);
+}
+
+void Dataplane::handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
+    auto* icmp = at<rte_icmp_hdr>(m, p.l4_offset);
+    if (rte_raw_cksum(icmp, p.l4_len) != 0xffff) return drop(m, in, DropReason::icmp_bad_checksum);
+
+    if (p.icmp_type == RTE_IP_ICMP_ECHO_REPLY && p.icmp_code == 0) {
+        // An answer to a ping the control threads sent.
+        if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0)
+            return drop(m, in, DropReason::punt_ring_full);
+        counters_.punted.add();
+        return;
+    }
+    if (p.icmp_type != RTE_IP_ICMP_ECHO_REQUEST || p.icmp_code != 0) return drop(m, in, DropReason::icmp_unhandled);
+    counters_.echo_requests_received.add();
+
+    // Turn the request around in place: same port, back to the sender's MAC.
+    auto* eth = at<rte_ether_hdr>(m, 0);
+    eth->dst_addr = eth->src_addr;
+    eth->src_addr = ports_[in].cfg.mac;
+    auto* ip = at<rte_ipv4_hdr>(m, p.l3_offset);
+    ip->dst_addr = p.src_ip;
+    ip->src_addr = p.dst_ip;
+    ip->time_to_live = kDefaultTtl;
+    ip->hdr_checksum = 0;
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    icmp->icmp_type = RTE_IP_ICMP_ECHO_REPLY;
+    icmp->icmp_cksum = 0;
+    icmp->icmp_cksum = static_cast<uint16_t>(~rte_raw_cksum(icmp, p.l4_len));
+    // Drop Ethernet padding so the reply is exactly as long as its IPv4 packet says.
+    rte_pktmbuf_trim(m, rte_pktmbuf_pkt_len(m) - (p.l3_offset + p.l3_len));
+    counters_.echo_replies_sent.add();
+    tx(m, in);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sending: routes, neighbours, TX queues.
+
+int Dataplane::route(const std::vector<DpPortConfig>& ports, uint32_t dst, uint32_t* next_hop) {
+    for (std::size_t i = 0; i < ports.size(); ++i) {
+        if (((dst ^ ports[i].addr) & prefix_mask(ports[i].prefix_len)) == 0) {
+            *next_hop = dst;
+            return static_cast<int>(i);
+        }
+    }
+    for (std::size_t i = 0; i < ports.size(); ++i) {
+        if (ports[i].next_hop != 0) {
+            *next_hop = ports[i].next_hop;
+            return static_cast<int>(i);
+        }
+    }
+    return -1;
+}
+
+void Dataplane::handle_inject(rte_mbuf* m) {
+    // The control threads hand over a bare IPv4 packet; give it an Ethernet header and check it as
+    // if it had arrived, so a bug upstream cannot put garbage on the wire.
+    ParsedPacket p;
+    if (rte_pktmbuf_prepend(m, sizeof(rte_ether_hdr)) == nullptr) return drop(m, 0, DropReason::inject_malformed);
+    auto* eth = at<rte_ether_hdr>(m, 0);
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+    if (parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p) != DropReason::none ||
+        p.ether_type_host != kEtherTypeIpv4)
+        return drop(m, 0, DropReason::inject_malformed);
+
+    uint32_t nh = 0;
+    const int out = route(port_cfgs_, p.dst_ip, &nh);
+    if (out < 0) return drop(m, 0, DropReason::no_route);
+    send_ipv4(m, static_cast<uint16_t>(out), nh);
+}
+
+void Dataplane::send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop) {
+    Port& port = ports_[out];
+    const NeighbourTable::Lookup l = neigh_.lookup(out, next_hop, now_ms_);
+    switch (l.verdict) {
+    case NeighbourTable::Verdict::full: return drop(m, out, DropReason::neighbour_table_full);
+    case NeighbourTable::Verdict::probe:
+        l.entry->held = m;
+        return send_arp_request(out, next_hop);
+    case NeighbourTable::Verdict::pending:
+        if (l.entry->held != nullptr) return drop(m, out, DropReason::neighbour_unresolved);
+        l.entry->held = m;
+        return;
+    case NeighbourTable::Verdict::resolved_probe: send_arp_request(out, next_hop); [[fallthrough]];
+    case NeighbourTable::Verdict::resolved: {
+        auto* eth = at<rte_ether_hdr>(m, 0);
+        eth->dst_addr = from_mac(l.entry->mac);
+        eth->src_addr = port.cfg.mac;
+        return tx(m, out);
+    }
+    }
+}
+
+void Dataplane::send_arp_request(uint16_t out, uint32_t target_ip) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    if (m == nullptr) return;  // the probe timer sends another
+    const Port& port = ports_[out];
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(rte_pktmbuf_append(m, sizeof(rte_ether_hdr) + sizeof(rte_arp_hdr)));
+    std::memset(&eth->dst_addr, 0xff, sizeof eth->dst_addr);
+    eth->src_addr = port.cfg.mac;
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP);
+    auto* arp = reinterpret_cast<rte_arp_hdr*>(eth + 1);
+    arp->arp_hardware = rte_cpu_to_be_16(RTE_ARP_HRD_ETHER);
+    arp->arp_protocol = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+    arp->arp_hlen = RTE_ETHER_ADDR_LEN;
+    arp->arp_plen = 4;
+    arp->arp_opcode = rte_cpu_to_be_16(RTE_ARP_OP_REQUEST);
+    arp->arp_data.arp_sha = port.cfg.mac;
+    arp->arp_data.arp_sip = port.cfg.addr;
+    std::memset(&arp->arp_data.arp_tha, 0, sizeof arp->arp_data.arp_tha);
+    arp->arp_data.arp_tip = target_ip;
+    counters_.arp_requests_sent.add();
+    tx(m, out);
+}
+
+void Dataplane::tx(rte_mbuf* m, uint16_t out) {
+    Port& port = ports_[out];
+    if (port.tx_len == kTxQueueLen) flush();
+    port.tx[port.tx_len++] = m;
+}
+
+void Dataplane::flush() {
+    for (std::size_t i = 0; i < nports_; ++i) {
+        Port& port = ports_[i];
+        if (port.tx_len == 0) continue;
+        uint64_t bytes = 0;
+        for (uint16_t j = 0; j < port.tx_len; ++j) bytes += rte_pktmbuf_pkt_len(port.tx[j]);
+        const uint16_t sent = rte_eth_tx_burst(port.cfg.port_id, 0, port.tx, port.tx_len);
+        for (uint16_t j = sent; j < port.tx_len; ++j) {
+            bytes -= rte_pktmbuf_pkt_len(port.tx[j]);
+            port.counters.drop(DropReason::tx_full);
+            rte_pktmbuf_free(port.tx[j]);
+        }
+        port.counters.tx_packets.add(sent);
+        port.counters.tx_bytes.add(bytes);
+        port.tx_len = 0;
+    }
+}
+
+void Dataplane::drop(rte_mbuf* m, uint16_t port, DropReason r) {
+    ports_[port].counters.drop(r);
+    rte_pktmbuf_free(m);
+}
+
+void Dataplane::tick(uint64_t now) {
+    neigh_.tick(
+        now, [this](Neighbour& n) { send_arp_request(n.port, n.ip); },
+        [this](Neighbour& n, bool failed) {
+            (failed ? counters_.neigh_failed : counters_.neigh_expired).add();
+            if (n.held != nullptr) drop(n.held, n.port, DropReason::neighbour_unresolved);
+            n.held = nullptr;
+        });
+    neigh_entries_.store(neigh_.size(), std::memory_order_relaxed);
+    for (std::size_t i = 0; i < nports_; ++i)
+        ports_[i].neigh_entries.store(neigh_.count_port(static_cast<uint16_t>(i)), std::memory_order_relaxed);
+}
+
+}  // namespace fedgate

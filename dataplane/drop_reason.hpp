@@ -1,0 +1,71 @@
+// Why the data plane dropped a packet: one enum, one name and one line of help per reason.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace fedgate {
+
+// X(name, help). Names are stable: they appear in `fedgatectl stats` and its JSON.
+#define FEDGATE_DROP_REASONS(X)                                                          \
+    X(eth_truncated, "frame shorter than an Ethernet header")                            \
+    X(vlan_truncated, "VLAN tag cut short")                                              \
+    X(vlan_unsupported, "VLAN-tagged frame on an untagged port")                         \
+    X(l2_not_for_us, "destination MAC is neither the port's nor broadcast")              \
+    X(ethertype_unsupported, "EtherType the gateway does not handle (IPv6, LLDP, ...)")  \
+    X(arp_malformed, "ARP that is not Ethernet/IPv4 or is cut short")                    \
+    X(arp_unsupported_op, "ARP operation other than request or reply")                   \
+    X(arp_not_for_us, "ARP for an address the port does not own")                       \
+    X(arp_bad_sender, "ARP sender outside the port's subnet or with a bad MAC")          \
+    X(ipv4_truncated, "IPv4 header cut short")                                           \
+    X(ipv4_bad_version, "IP version field is not 4")                                     \
+    X(ipv4_bad_ihl, "IPv4 header length below 20 bytes")                                 \
+    X(ipv4_bad_length, "IPv4 total length disagrees with the frame")                     \
+    X(ipv4_bad_checksum, "IPv4 header checksum wrong")                                   \
+    X(ipv4_bad_source, "IPv4 source is broadcast, multicast, zero or our own")           \
+    X(ipv4_fragment, "IPv4 fragment (the gateway does not reassemble)")                  \
+    X(ipv4_not_for_us, "IPv4 to an address the gateway neither owns nor maps")           \
+    X(ipv4_proto_unhandled, "IP protocol the gateway does not handle")                   \
+    X(icmp_truncated, "ICMP header cut short")                                           \
+    X(icmp_bad_checksum, "ICMP checksum wrong")                                          \
+    X(icmp_unhandled, "ICMP type the gateway does not answer")                           \
+    X(udp_truncated, "UDP header cut short")                                             \
+    X(udp_bad_length, "UDP length disagrees with the IPv4 payload")                      \
+    X(tcp_truncated, "TCP header cut short")                                             \
+    X(tcp_bad_header, "TCP data offset below 20 bytes or past the payload")              \
+    X(l4_unhandled, "TCP/UDP to a gateway address on a port nothing serves")             \
+    X(no_route, "no port reaches the destination")                                       \
+    X(neighbour_unresolved, "next hop unresolved: ARP unanswered or hold slot taken")    \
+    X(neighbour_table_full, "neighbour table full")                                      \
+    X(tx_full, "port TX queue full")                                                     \
+    X(punt_ring_full, "ring to the control threads full")                                \
+    X(inject_malformed, "packet from the control threads is not valid IPv4")
+
+enum class DropReason : uint8_t {
+#define FEDGATE_X(name, help) name,
+    FEDGATE_DROP_REASONS(FEDGATE_X)
+#undef FEDGATE_X
+    count,
+    none = count,  // "not dropped": what the parser returns for a good packet
+};
+
+inline constexpr std::size_t kDropReasonCount = static_cast<std::size_t>(DropReason::count);
+
+inline constexpr std::array<std::string_view, kDropReasonCount> kDropReasonNames = {
+#define FEDGATE_X(name, help) #name,
+    FEDGATE_DROP_REASONS(FEDGATE_X)
+#undef FEDGATE_X
+};
+
+inline constexpr std::array<std::string_view, kDropReasonCount> kDropReasonHelp = {
+#define FEDGATE_X(name, help) help,
+    FEDGATE_DROP_REASONS(FEDGATE_X)
+#undef FEDGATE_X
+};
+
+constexpr std::string_view drop_reason_name(DropReason r) {
+    return r == DropReason::none ? std::string_view{"none"} : kDropReasonNames[static_cast<std::size_t>(r)];
+}
+
+}  // namespace fedgate

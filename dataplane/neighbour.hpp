@@ -1,0 +1,122 @@
+// The neighbour (ARP) table of one data-plane lcore: IPv4 next hop -> MAC, with probes, a hold
+// slot for the first packet waiting on resolution, and timeouts. Single writer; no allocation after
+// construction; time is passed in (milliseconds) so tests drive it directly.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+struct rte_mbuf;
+
+namespace fedgate {
+
+using MacAddr = std::array<uint8_t, 6>;
+
+struct NeighbourTimers {
+    uint32_t reachable_ms = 30'000;  // a learned MAC is used without question this long
+    uint32_t stale_ms = 300'000;     // after that it is still used, refreshed by a probe, and dropped after this
+    uint32_t probe_interval_ms = 500;
+    uint32_t probes = 3;             // unanswered probes before the entry fails
+};
+
+struct Neighbour {
+    enum class State : uint8_t { free, incomplete, reachable, stale };
+    uint32_t ip = 0;        // network order
+    uint16_t port = 0;      // the gateway's port index
+    State state = State::free;
+    uint8_t probes_sent = 0;
+    MacAddr mac{};
+    uint64_t confirmed_ms = 0;   // last time the MAC was learned or confirmed
+    uint64_t next_probe_ms = 0;
+    rte_mbuf* held = nullptr;    // first packet waiting for resolution (owned by the table's user)
+};
+
+class NeighbourTable {
+public:
+    enum class Verdict : uint8_t {
+        resolved,       // mac is good: send
+        resolved_probe, // mac is good but stale: send, and send a probe too
+        probe,          // new entry: hold the packet and send the first probe
+        pending,        // a probe is out: hold the packet if the slot is free, else drop it
+        full,           // no room for a new entry
+    };
+    struct Lookup {
+        Verdict verdict;
+        Neighbour* entry;  // null only for `full`
+    };
+
+    NeighbourTable(uint32_t capacity, NeighbourTimers timers);
+
+    // Finds or creates the entry for a next hop we want to send to.
+    Lookup lookup(uint16_t port, uint32_t ip, uint64_t now_ms);
+    // A MAC heard for `ip` (ARP request or reply). Creates the entry only if `create` (the ARP was for
+    // us, as Linux does); otherwise just refreshes a known one. Returns the entry or null.
+    Neighbour* learn(uint16_t port, uint32_t ip, const MacAddr& mac, uint64_t now_ms, bool create);
+    const Neighbour* find(uint16_t port, uint32_t ip) const;
+
+    // Periodic work, `now_ms` monotonic. Calls probe(entry) for entries due a probe and
+    // expire(entry, failed) just before an entry is removed (failed = never resolved), so the
+    // caller can free the held packet and count.
+    template <typename Probe, typename Expire>
+    void tick(uint64_t now_ms, Probe&& probe, Expire&& expire);
+
+    uint32_t size() const { return used_; }
+    uint32_t count_port(uint16_t port) const {
+        uint32_t n = 0;
+        for (const Neighbour& e : slots_) n += e.state != Neighbour::State::free && e.port == port;
+        return n;
+    }
+    uint32_t capacity() const { return static_cast<uint32_t>(slots_.size()); }
+    const NeighbourTimers& timers() const { return timers_; }
+
+private:
+    uint32_t slot_of(uint16_t port, uint32_t ip) const;
+    Neighbour* find_mut(uint16_t port, uint32_t ip);
+    Neighbour* insert(uint16_t port, uint32_t ip);
+    void erase(uint32_t slot);
+
+    std::vector<Neighbour> slots_;  // open addressing, linear probing, capacity a power of two
+    uint32_t mask_;
+    uint32_t used_ = 0;
+    uint32_t max_used_;             // keep the load factor at or under 3/4
+    NeighbourTimers timers_;
+};
+
+template <typename Probe, typename Expire>
+void NeighbourTable::tick(uint64_t now_ms, Probe&& probe, Expire&& expire) {
+    for (uint32_t i = 0; i < slots_.size();) {
+        Neighbour& n = slots_[i];
+        bool remove = false;
+        switch (n.state) {
+        case Neighbour::State::free: break;
+        case Neighbour::State::incomplete:
+            if (now_ms >= n.next_probe_ms) {
+                if (n.probes_sent >= timers_.probes) {
+                    expire(n, true);
+                    remove = true;
+                } else {
+                    ++n.probes_sent;
+                    n.next_probe_ms = now_ms + timers_.probe_interval_ms;
+                    probe(n);
+                }
+            }
+            break;
+        case Neighbour::State::reachable:
+            if (now_ms >= n.confirmed_ms + timers_.reachable_ms) n.state = Neighbour::State::stale;
+            break;
+        case Neighbour::State::stale:
+            if (now_ms >= n.confirmed_ms + timers_.stale_ms) {
+                expire(n, false);
+                remove = true;
+            }
+            break;
+        }
+        if (remove)
+            erase(i);  // backward shift may move another entry into slot i: look at it again
+        else
+            ++i;
+    }
+}
+
+}  // namespace fedgate

@@ -1,0 +1,46 @@
+// Port bring-up: every kind of device (net_tap, net_af_packet, net_pcap, net_ring, net_null vdevs
+// and PCI NICs) is attached, configured and started through this one path.
+#pragma once
+
+#include <rte_ether.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+struct rte_mempool;
+
+namespace fedgate {
+
+class PortError : public std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct PortSetup {
+    std::string name;    // the gateway's name for the port, for messages
+    std::string device;  // vdev devargs ("net_af_packet0,iface=eth1") or PCI address ("0000:03:00.0")
+    uint16_t rx_desc = 1024;
+    uint16_t tx_desc = 1024;
+};
+
+struct PortHandle {
+    uint16_t port_id = 0;
+    rte_ether_addr mac{};
+    std::string driver;
+    bool attached_here = false;  // we probed it (and so detach it on close)
+};
+
+struct LinkState {
+    bool up = false;
+    uint32_t speed_mbps = 0;
+    bool full_duplex = false;
+};
+
+// Attaches the device if the EAL has not already, then configures one RX and one TX queue on
+// `pool` and starts it. Throws PortError naming the port, the device and the cause.
+PortHandle bring_up_port(const PortSetup& setup, rte_mempool* pool);
+// Stops and closes the port and detaches a device we attached. Safe to call on any handle once.
+void close_port(const PortHandle& port);
+LinkState link_state(uint16_t port_id);
+
+}  // namespace fedgate

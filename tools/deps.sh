@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# tools/deps.sh — installs (with apt-get) everything fedgate needs to build, test and run.
+# Idempotent: packages already present are skipped, so it costs a second on a set-up machine.
+set -euo pipefail
+
+PKGS=(
+  # build
+  build-essential cmake ninja-build meson pkg-config clang libclang-rt-14-dev
+  # libraries
+  libdpdk-dev dpdk dpdk-dev libibverbs-dev librdmacm-dev libtbb-dev
+  libboost-program-options-dev libtomlplusplus-dev nlohmann-json3-dev libssl-dev
+  libpcap-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # test topology and traffic
+  iproute2 iputils-ping ethtool procps python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "deps.sh: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "deps.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
