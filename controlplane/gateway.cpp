@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <pthread.h>
+#include <sched.h>
+#include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
 #include "controlplane/log.hpp"
@@ -34,9 +37,26 @@ std::string mac_str(const rte_ether_addr& a) {
     return buf;
 }
 
+constexpr int kControlWorkers = 4;
+
+// Control work runs in its own arena with no slot kept for the calling thread, so requests are
+// served by TBB workers. The EAL pins the process to the data-plane cores, which would leave TBB
+// no workers at all; the global limit is raised explicitly.
 tbb::task_arena& control_arena() {
-    static tbb::task_arena arena(2);
+    static tbb::global_control limit(tbb::global_control::max_allowed_parallelism, kControlWorkers + 1);
+    static tbb::task_arena arena(kControlWorkers, 0);
     return arena;
+}
+
+// Runs `spawn` with the calling thread moved to `cpus`, so threads it creates inherit them, then
+// moves the calling thread back.
+template <typename F>
+void with_affinity(const cpu_set_t& cpus, F&& spawn) {
+    cpu_set_t saved;
+    pthread_getaffinity_np(pthread_self(), sizeof saved, &saved);
+    pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
+    spawn();
+    pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
 }
 
 int dataplane_lcore_main(void* arg) {
@@ -62,8 +82,12 @@ int Gateway::run(const std::atomic<bool>& quit) {
     FG_LOG(INFO, gateway, "party %s (id %u) up: %zu ports, data plane on lcore %u, socket %s", cfg_.party.c_str(),
            cfg_.party_id, ports_.size(), dp_lcore_, cfg_.socket.c_str());
 
-    punt_thread_ = std::thread([this] { punt_loop(stop_control_); });
-    mgmt_->start();
+    // Control threads (and TBB's workers, created from them) keep off the data-plane core.
+    with_affinity(control_cpus_, [this] {
+        control_arena().initialize();
+        punt_thread_ = std::thread([this] { punt_loop(stop_control_); });
+        mgmt_->start();
+    });
 
     std::pair<Dataplane*, const std::atomic<bool>*> args{dp_.get(), &quit};
     if (dp_lcore_ == rte_get_main_lcore()) {
@@ -84,6 +108,7 @@ void Gateway::start() {
     std::filesystem::create_directories(std::filesystem::path(cfg_.socket).parent_path(), ec);
     if (ec) throw std::runtime_error("socket directory for '" + cfg_.socket + "': " + ec.message());
 
+    sched_getaffinity(0, sizeof control_cpus_, &control_cpus_);
     std::vector<std::string> args{"fedgated"};
     args.insert(args.end(), cfg_.eal_args.begin(), cfg_.eal_args.end());
     std::vector<char*> argv;
@@ -98,6 +123,11 @@ void Gateway::start() {
     const unsigned worker = rte_get_next_lcore(-1, 1, 0);
     dp_lcore_ = worker < RTE_MAX_LCORE ? worker : rte_get_main_lcore();
     const int socket = static_cast<int>(rte_lcore_to_socket_id(dp_lcore_));
+    cpu_set_t others;
+    const rte_cpuset_t dp_cpus = rte_lcore_cpuset(dp_lcore_);
+    CPU_XOR(&others, &control_cpus_, &dp_cpus);
+    CPU_AND(&others, &others, &control_cpus_);
+    if (CPU_COUNT(&others) > 0) control_cpus_ = others;  // else the data plane and control share
 
     pool_ = rte_pktmbuf_pool_create("fg_mbufs", cfg_.dataplane.mbufs, kMempoolCache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
                                     socket);

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -60,6 +62,7 @@ private:
     std::thread punt_thread_;
     std::atomic<bool> stop_control_{false};
     unsigned dp_lcore_ = 0;
+    cpu_set_t control_cpus_{};  // where control threads run: the process's CPUs less the data plane's
 };
 
 }  // namespace fedgate
