@@ -29,7 +29,7 @@ namespace {
 constexpr unsigned kRingSize = 1024;
 constexpr unsigned kMempoolCache = 256;
 constexpr uint32_t kMaxPingCount = 100;
-constexpr uint32_t kMaxPingTimeoutMs = 10'000;
+constexpr uint32_t kMaxPingTimeoutMs = 60'000;
 
 std::string mac_str(const rte_ether_addr& a) {
     char buf[RTE_ETHER_ADDR_FMT_SIZE];
@@ -161,7 +161,7 @@ void Gateway::start() {
     dc.neighbour_capacity = s.neighbour_capacity;
     dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_});
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
-    mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::json& r) { return handle(r); },
+    mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::ordered_json& r) { return handle(r); },
                                          control_arena());
 }
 
@@ -210,7 +210,7 @@ void Gateway::punt_loop(const std::atomic<bool>& quit) {
 // ---------------------------------------------------------------------------------------------
 // Management requests.
 
-nlohmann::json Gateway::handle(const nlohmann::json& req) {
+nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     const std::string cmd = req.at("cmd").get<std::string>();
     if (cmd == "status") return status();
     if (cmd == "stats") return stats();
@@ -218,8 +218,8 @@ nlohmann::json Gateway::handle(const nlohmann::json& req) {
     throw MgmtError("unknown cmd '" + cmd + "' (status, stats, ping)");
 }
 
-nlohmann::json Gateway::status() const {
-    nlohmann::json ports = nlohmann::json::array();
+nlohmann::ordered_json Gateway::status() const {
+    nlohmann::ordered_json ports = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < ports_.size(); ++i) {
         const PortConfig& pc = cfg_.ports[i];
         const LinkState link = link_state(ports_[i].port_id);
@@ -230,13 +230,13 @@ nlohmann::json Gateway::status() const {
             {"device", pc.device},
             {"driver", ports_[i].driver},
             {"address", pc.address.str()},
-            {"next_hop", pc.next_hop ? nlohmann::json(format_ipv4(*pc.next_hop)) : nlohmann::json(nullptr)},
+            {"next_hop", pc.next_hop ? nlohmann::ordered_json(format_ipv4(*pc.next_hop)) : nlohmann::ordered_json(nullptr)},
             {"mac", mac_str(ports_[i].mac)},
             {"link", {{"up", link.up}, {"speed_mbps", link.speed_mbps}, {"duplex", link.full_duplex ? "full" : "half"}}},
             {"neighbours", dp_->neighbour_entries(i)},
         });
     }
-    nlohmann::json peers = nlohmann::json::array();
+    nlohmann::ordered_json peers = nlohmann::ordered_json::array();
     for (const PeerConfig& p : cfg_.peers)
         peers.push_back({{"party", p.party}, {"party_id", p.party_id}, {"address", format_ipv4(p.address)}});
     const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -253,12 +253,12 @@ nlohmann::json Gateway::status() const {
     };
 }
 
-nlohmann::json Gateway::stats() const {
-    nlohmann::json ports = nlohmann::json::array();
+nlohmann::ordered_json Gateway::stats() const {
+    nlohmann::ordered_json ports = nlohmann::ordered_json::array();
     uint64_t totals[kDropReasonCount] = {};
     for (std::size_t i = 0; i < ports_.size(); ++i) {
         const PortCounters& c = dp_->port_counters(i);
-        nlohmann::json reasons = nlohmann::json::object();
+        nlohmann::ordered_json reasons = nlohmann::ordered_json::object();
         for (std::size_t r = 0; r < kDropReasonCount; ++r) {
             const uint64_t v = c.drops[r].get();
             totals[r] += v;
@@ -285,7 +285,7 @@ nlohmann::json Gateway::stats() const {
               {"rx_nombuf", hw.rx_nombuf}}},
         });
     }
-    nlohmann::json drops = nlohmann::json::object();
+    nlohmann::ordered_json drops = nlohmann::ordered_json::object();
     for (std::size_t r = 0; r < kDropReasonCount; ++r) drops[std::string(kDropReasonNames[r])] = totals[r];
     const LcoreCounters& l = dp_->counters();
     return {
@@ -308,7 +308,7 @@ nlohmann::json Gateway::stats() const {
     };
 }
 
-nlohmann::json Gateway::ping(const nlohmann::json& req) {
+nlohmann::ordered_json Gateway::ping(const nlohmann::ordered_json& req) {
     if (!req.contains("dst") || !req["dst"].is_string()) throw MgmtError("ping: \"dst\" must be an IPv4 address string");
     const auto dst = parse_ipv4(req["dst"].get<std::string>());
     if (!dst) throw MgmtError("ping: dst '" + req["dst"].get<std::string>() + "' is not an IPv4 address");
@@ -318,8 +318,8 @@ nlohmann::json Gateway::ping(const nlohmann::json& req) {
     if (timeout < 1 || timeout > kMaxPingTimeoutMs)
         throw MgmtError("ping: timeout_ms must be 1.." + std::to_string(kMaxPingTimeoutMs));
     const PingResult r = pinger_->ping(rte_cpu_to_be_32(*dst), count, std::chrono::milliseconds(timeout));
-    nlohmann::json rtts = nlohmann::json::array();
-    for (const auto& rtt : r.rtt_ms) rtts.push_back(rtt ? nlohmann::json(*rtt) : nlohmann::json(nullptr));
+    nlohmann::ordered_json rtts = nlohmann::ordered_json::array();
+    for (const auto& rtt : r.rtt_ms) rtts.push_back(rtt ? nlohmann::ordered_json(*rtt) : nlohmann::ordered_json(nullptr));
     return {{"dst", format_ipv4(*dst)},
             {"src", format_ipv4(rte_be_to_cpu_32(r.src))},
             {"port", cfg_.ports[r.port].name},

@@ -37,16 +37,16 @@ public:
     int run(const std::atomic<bool>& quit);
 
     // One management request (already parsed); returns the result object or throws with a message.
-    nlohmann::json handle(const nlohmann::json& request);
+    nlohmann::ordered_json handle(const nlohmann::ordered_json& request);
 
 private:
     void start();   // throws std::runtime_error on any start-up failure
     void stop();
     void punt_loop(const std::atomic<bool>& quit);
 
-    nlohmann::json status() const;
-    nlohmann::json stats() const;
-    nlohmann::json ping(const nlohmann::json& request);
+    nlohmann::ordered_json status() const;
+    nlohmann::ordered_json stats() const;
+    nlohmann::ordered_json ping(const nlohmann::ordered_json& request);
 
     Config cfg_;
     std::chrono::steady_clock::time_point started_;

@@ -90,13 +90,13 @@ void MgmtServer::accept_loop() {
 }
 
 std::string MgmtServer::reply_for(const std::string& line, const Handler& handler) {
-    nlohmann::json reply;
+    nlohmann::ordered_json reply;
     try {
-        const nlohmann::json req = nlohmann::json::parse(line);
+        const nlohmann::ordered_json req = nlohmann::ordered_json::parse(line);
         if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
             throw MgmtError("request must be a JSON object with a string \"cmd\"");
         reply = {{"ok", true}, {"result", handler(req)}};
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::ordered_json::parse_error& e) {
         reply = {{"ok", false}, {"error", std::string("request is not JSON: ") + e.what()}};
     } catch (const std::exception& e) {
         reply = {{"ok", false}, {"error", e.what()}};
@@ -117,7 +117,7 @@ void MgmtServer::serve(int fd) {
     if (const auto nl = line.find('\n'); nl != std::string::npos)
         reply = reply_for(line.substr(0, nl), handler_);
     else if (line.size() >= kMaxRequestBytes)
-        reply = nlohmann::json{{"ok", false}, {"error", "request longer than 64 KiB"}}.dump() + "\n";
+        reply = nlohmann::ordered_json{{"ok", false}, {"error", "request longer than 64 KiB"}}.dump() + "\n";
     else if (!line.empty())
         reply = reply_for(line, handler_);  // the client closed its side without a newline
     for (std::size_t off = 0; off < reply.size();) {

@@ -22,7 +22,7 @@ class MgmtError : public std::runtime_error {
 class MgmtServer {
 public:
     // Returns the `result` object; throws MgmtError (or std::exception) for an error reply.
-    using Handler = std::function<nlohmann::json(const nlohmann::json& request)>;
+    using Handler = std::function<nlohmann::ordered_json(const nlohmann::ordered_json& request)>;
     static constexpr std::size_t kMaxRequestBytes = 64 * 1024;
 
     // Binds and listens at once, so a taken or unusable path fails start-up with a clear error.

@@ -1,0 +1,369 @@
+// The data plane under a real EAL, on net_ring ports (and one net_pcap port): packets in through a
+// ring, one poll, packets out of the other ring, compared byte for byte with what the builder makes.
+#include <gtest/gtest.h>
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "dataplane/dataplane.hpp"
+#include "drivers/port.hpp"
+#include "tests/support/packet_builder.hpp"
+
+namespace fedgate {
+namespace {
+
+using test::PacketBuilder;
+rte_mempool* g_pool = nullptr;
+
+class EalEnvironment : public ::testing::Environment {
+public:
+    void SetUp() override {
+        const std::string prefix = "fgtest" + std::to_string(::getpid());
+        std::vector<std::string> args{"eal_tests", "-l", "0", "--no-huge", "--no-shconf", "-m", "128", "--no-pci",
+                                      "--file-prefix", prefix, "--log-level", "lib.eal:error"};
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        ASSERT_GE(rte_eal_init(static_cast<int>(argv.size()), argv.data()), 0) << "EAL init failed";
+        g_pool = rte_pktmbuf_pool_create("test_mbufs", 2047, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+        ASSERT_NE(g_pool, nullptr);
+    }
+    void TearDown() override { rte_eal_cleanup(); }
+};
+const auto* const g_env = ::testing::AddGlobalTestEnvironment(new EalEnvironment);
+
+test::Mac mac_of(const rte_ether_addr& a) {
+    test::Mac m;
+    std::memcpy(m.data(), a.addr_bytes, 6);
+    return m;
+}
+
+uint32_t be(const std::string& s) { return rte_cpu_to_be_32(test::ip(s)); }
+
+// One net_ring port: what the test enqueues on `rx` the port receives; what it sends lands on `tx`.
+struct RingPort {
+    rte_ring* rx = nullptr;
+    rte_ring* tx = nullptr;
+    PortHandle handle;
+};
+
+class DataplaneTest : public ::testing::Test {
+protected:
+    static constexpr const char* kInternalIp = "198.18.1.1";
+    static constexpr const char* kExternalIp = "198.19.0.1";
+    const test::Mac kNode{0x02, 0x00, 0x00, 0x00, 0x01, 0x0a};
+    const test::Mac kPeerGw{0x02, 0x00, 0x00, 0x00, 0x02, 0x01};
+
+    void SetUp() override { make(DataplaneConfig{}); }
+
+    void make(const DataplaneConfig& cfg) {
+        teardown();
+        static int seq = 0;
+        for (int i = 0; i < 2; ++i) {
+            const std::string n = "t" + std::to_string(seq++);
+            ports_[i].rx = rte_ring_create((n + "rx").c_str(), 256, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+            ports_[i].tx = rte_ring_create((n + "tx").c_str(), 256, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+            ASSERT_NE(ports_[i].rx, nullptr);
+            ASSERT_GE(rte_eth_from_rings(n.c_str(), &ports_[i].rx, 1, &ports_[i].tx, 1, 0), 0);
+            // The same bring-up path the daemon uses, finding the port by its name (the PMD prefixes "net_ring_").
+            ports_[i].handle = bring_up_port(PortSetup{n, "net_ring_" + n}, g_pool);
+        }
+        std::vector<DpPortConfig> pc(2);
+        pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0};
+        pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, be("198.19.0.254")};
+        punt_ = rte_ring_create(("punt" + std::to_string(seq)).c_str(), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+        inject_ = rte_ring_create(("inj" + std::to_string(seq)).c_str(), 64, 0, RING_F_SC_DEQ);
+        dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_});
+        gw_in_ = mac_of(ports_[0].handle.mac);
+        gw_ext_ = mac_of(ports_[1].handle.mac);
+    }
+
+    void TearDown() override { teardown(); }
+
+    void teardown() {
+        dp_.reset();
+        for (auto& p : ports_) {
+            if (p.rx == nullptr) continue;
+            close_port(p.handle);
+            drain(p.tx);
+            drain(p.rx);
+            rte_ring_free(p.rx);
+            rte_ring_free(p.tx);
+            p = RingPort{};
+        }
+        for (rte_ring* r : {punt_, inject_}) {
+            drain(r);
+            rte_ring_free(r);
+        }
+        punt_ = inject_ = nullptr;
+    }
+
+    static void drain(rte_ring* r) {
+        void* m;
+        while (r != nullptr && rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+    }
+
+    static rte_mbuf* mbuf_of(const std::vector<uint8_t>& bytes) {
+        rte_mbuf* m = rte_pktmbuf_alloc(g_pool);
+        std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(bytes.size())), bytes.data(), bytes.size());
+        return m;
+    }
+
+    void receive(int port, const std::vector<uint8_t>& frame) {
+        ASSERT_EQ(rte_ring_enqueue(ports_[port].rx, mbuf_of(frame)), 0);
+    }
+
+    void inject(const std::vector<uint8_t>& frame) {  // strips the builder's Ethernet header
+        rte_mbuf* m = mbuf_of(frame);
+        rte_pktmbuf_adj(m, 14);
+        ASSERT_EQ(rte_ring_enqueue(inject_, m), 0);
+    }
+
+    // Everything the port has sent, as byte vectors.
+    std::vector<std::vector<uint8_t>> sent(int port) {
+        std::vector<std::vector<uint8_t>> out;
+        void* p;
+        while (rte_ring_dequeue(ports_[port].tx, &p) == 0) {
+            auto* m = static_cast<rte_mbuf*>(p);
+            const auto* d = rte_pktmbuf_mtod(m, const uint8_t*);
+            out.emplace_back(d, d + rte_pktmbuf_data_len(m));
+            rte_pktmbuf_free(m);
+        }
+        return out;
+    }
+
+    uint64_t drops(int port, DropReason r) const {
+        return dp_->port_counters(port).drops[static_cast<std::size_t>(r)].get();
+    }
+
+    RingPort ports_[2];
+    rte_ring* punt_ = nullptr;
+    rte_ring* inject_ = nullptr;
+    std::unique_ptr<Dataplane> dp_;
+    test::Mac gw_in_{}, gw_ext_{};
+};
+
+TEST_F(DataplaneTest, ArpRequestForThePortAddressGetsTheExactReply) {
+    receive(0, PacketBuilder().eth(test::kBroadcast, kNode).arp(1, kNode, "198.18.1.10", {}, kInternalIp).build());
+    EXPECT_EQ(dp_->poll_once(), 1u);
+    const auto out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], PacketBuilder().eth(kNode, gw_in_).arp(2, gw_in_, kInternalIp, kNode, "198.18.1.10").build());
+    EXPECT_EQ(dp_->counters().arp_replies_sent.get(), 1u);
+    EXPECT_EQ(dp_->port_counters(0).tx_packets.get(), 1u);
+    EXPECT_EQ(dp_->port_counters(0).rx_packets.get(), 1u);
+    EXPECT_TRUE(sent(1).empty());
+}
+
+TEST_F(DataplaneTest, ArpForAnotherAddressIsCountedNotAnswered) {
+    receive(0, PacketBuilder().eth(test::kBroadcast, kNode).arp(1, kNode, "198.18.1.10", {}, "198.18.1.99").build());
+    dp_->poll_once();
+    EXPECT_TRUE(sent(0).empty());
+    EXPECT_EQ(drops(0, DropReason::arp_not_for_us), 1u);
+}
+
+TEST_F(DataplaneTest, EchoRequestGetsAReplyWithCorrectChecksums) {
+    receive(0, PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp, 61, 777).icmp(8, 0, 0x1234, 9).payload(56).build());
+    dp_->poll_once();
+    const auto out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    // The builder computes the checksums on its own; equal bytes means the data plane's are right.
+    EXPECT_EQ(out[0], PacketBuilder().eth(kNode, gw_in_).ipv4(kInternalIp, "198.18.1.10", 64, 777).icmp(0, 0, 0x1234, 9).payload(56).build());
+    EXPECT_EQ(test::inet_checksum(&out[0][14], 20), 0);
+    EXPECT_EQ(test::inet_checksum(&out[0][34], out[0].size() - 34), 0);
+    EXPECT_EQ(dp_->counters().echo_replies_sent.get(), 1u);
+}
+
+TEST_F(DataplaneTest, EchoWithEthernetPaddingGetsAReplyWithoutThePadding) {
+    auto frame = PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).icmp(8, 0, 1, 1).payload(4).build();
+    const std::size_t ip_end = frame.size();
+    frame.resize(60, 0xee);
+    receive(0, frame);
+    dp_->poll_once();
+    const auto out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].size(), ip_end);
+}
+
+TEST_F(DataplaneTest, NodeCanPingTheExternalAddressThroughTheInternalPort) {
+    receive(0, PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kExternalIp).icmp(8, 0, 5, 1).payload(8).build());
+    dp_->poll_once();
+    const auto out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], PacketBuilder().eth(kNode, gw_in_).ipv4(kExternalIp, "198.18.1.10", 64).icmp(0, 0, 5, 1).payload(8).build());
+}
+
+struct BadCase {
+    const char* name;
+    std::vector<uint8_t> frame;
+    DropReason reason;
+};
+
+TEST_F(DataplaneTest, GarbageIsDroppedAndCountedWithItsReason) {
+    const test::Mac other{0x02, 0, 0, 0, 9, 9};
+    auto bad_csum = PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).icmp(8, 0, 1, 1).build();
+    bad_csum[24] ^= 0xff;
+    auto bad_icmp = PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).icmp(8, 0, 1, 1).build();
+    bad_icmp[36] ^= 0xff;
+    auto ipv6 = PacketBuilder().eth(gw_in_, kNode).payload(40).build();
+    ipv6[12] = 0x86, ipv6[13] = 0xdd;
+    const std::vector<BadCase> cases = {
+        {"runt", {1, 2, 3, 4, 5}, DropReason::eth_truncated},
+        {"other MAC", PacketBuilder().eth(other, kNode).ipv4("198.18.1.10", kInternalIp).icmp(8, 0, 1, 1).build(), DropReason::l2_not_for_us},
+        {"vlan", PacketBuilder().eth(gw_in_, kNode).vlan(3).ipv4("198.18.1.10", kInternalIp).icmp(8, 0, 1, 1).build(), DropReason::vlan_unsupported},
+        {"ipv6", ipv6, DropReason::ethertype_unsupported},
+        {"ip checksum", bad_csum, DropReason::ipv4_bad_checksum},
+        {"icmp checksum", bad_icmp, DropReason::icmp_bad_checksum},
+        {"udp to us", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).udp(5, 6).build(), DropReason::l4_unhandled},
+        {"gre to us", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).payload(8).ip_proto(47).build(), DropReason::ipv4_proto_unhandled},
+        {"transit", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", "198.18.2.10").udp(5, 6).build(), DropReason::ipv4_not_for_us},
+        {"fragment", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).fragment(true, 0).icmp(8, 0, 1, 1).build(), DropReason::ipv4_fragment},
+        {"spoofed source", PacketBuilder().eth(gw_in_, kNode).ipv4(kExternalIp, kInternalIp).icmp(8, 0, 1, 1).build(), DropReason::ipv4_bad_source},
+        {"timestamp request", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).icmp(13, 0, 1, 1).build(), DropReason::icmp_unhandled},
+        {"arp bad sender", PacketBuilder().eth(test::kBroadcast, kNode).arp(1, kNode, "198.18.9.9", {}, kInternalIp).build(), DropReason::arp_bad_sender},
+    };
+    for (const BadCase& c : cases) {
+        const uint64_t before = drops(0, c.reason);
+        receive(0, c.frame);
+        dp_->poll_once();
+        EXPECT_EQ(drops(0, c.reason), before + 1) << c.name;
+        EXPECT_TRUE(sent(0).empty()) << c.name;
+    }
+    EXPECT_EQ(dp_->port_counters(0).total_drops(), cases.size());
+    EXPECT_EQ(dp_->port_counters(0).rx_packets.get(), cases.size());
+}
+
+TEST_F(DataplaneTest, InjectedPacketWaitsForArpThenLeavesWithTheLearnedMac) {
+    const auto pkt = PacketBuilder().eth({}, {}).ipv4(kInternalIp, "198.18.1.50").icmp(8, 0, 1, 1).payload(8).build();
+    inject(pkt);
+    dp_->poll_once();
+    auto out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], PacketBuilder().eth(test::kBroadcast, gw_in_).arp(1, gw_in_, kInternalIp, {}, "198.18.1.50").build());
+
+    const test::Mac node50{0x02, 0, 0, 0, 1, 0x50};
+    receive(0, PacketBuilder().eth(gw_in_, node50).arp(2, node50, "198.18.1.50", gw_in_, kInternalIp).build());
+    dp_->poll_once();
+    out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], PacketBuilder().eth(node50, gw_in_).ipv4(kInternalIp, "198.18.1.50").icmp(8, 0, 1, 1).payload(8).build());
+
+    inject(pkt);  // now resolved: straight out, no ARP
+    dp_->poll_once();
+    out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(test::get16(out[0], 12), 0x0800);
+    EXPECT_EQ(dp_->counters().arp_requests_sent.get(), 1u);
+    EXPECT_EQ(dp_->neighbour_entries(0), 1u) << "the first poll runs the timer tick, which publishes the gauge";
+}
+
+TEST_F(DataplaneTest, OffSubnetDestinationGoesToTheNextHop) {
+    inject(PacketBuilder().eth({}, {}).ipv4(kExternalIp, "198.19.200.1").icmp(8, 0, 1, 1).build());
+    dp_->poll_once();
+    const auto out = sent(1);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], PacketBuilder().eth(test::kBroadcast, gw_ext_).arp(1, gw_ext_, kExternalIp, {}, "198.19.0.254").build());
+}
+
+TEST_F(DataplaneTest, UnansweredArpDropsTheHeldPacketAfterTheProbes) {
+    DataplaneConfig cfg;
+    cfg.neighbour.probe_interval_ms = 10;
+    cfg.neighbour.probes = 2;
+    make(cfg);
+    inject(PacketBuilder().eth({}, {}).ipv4(kInternalIp, "198.18.1.77").icmp(8, 0, 1, 1).build());
+    inject(PacketBuilder().eth({}, {}).ipv4(kInternalIp, "198.18.1.77").icmp(8, 0, 1, 2).build());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (dp_->counters().neigh_failed.get() == 0 && std::chrono::steady_clock::now() < deadline) dp_->poll_once();
+    EXPECT_EQ(dp_->counters().neigh_failed.get(), 1u);
+    // One waited in the hold slot and expired; the second found the slot taken.
+    EXPECT_EQ(drops(0, DropReason::neighbour_unresolved), 2u);
+    EXPECT_EQ(dp_->counters().arp_requests_sent.get(), 2u);
+    for (const auto& f : sent(0)) EXPECT_EQ(test::get16(f, 12), 0x0806) << "only ARP probes may leave";
+}
+
+TEST_F(DataplaneTest, EchoReplyToUsIsPuntedToTheControlThreads) {
+    receive(1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4("198.19.0.2", kExternalIp).icmp(0, 0, 0xf001, 1).payload(8).build());
+    dp_->poll_once();
+    rte_mbuf* m = nullptr;
+    ASSERT_EQ(rte_ring_dequeue(punt_, reinterpret_cast<void**>(&m)), 0);
+    EXPECT_EQ(rte_pktmbuf_data_len(m), 14u + 20 + 8 + 8);
+    rte_pktmbuf_free(m);
+    EXPECT_EQ(dp_->counters().punted.get(), 1u);
+}
+
+TEST_F(DataplaneTest, MalformedInjectedPacketIsDroppedNotSent) {
+    auto bad = PacketBuilder().eth({}, {}).ipv4(kInternalIp, "198.18.1.50").icmp(8, 0, 1, 1).build();
+    bad[14 + 10] ^= 0x55;  // IPv4 checksum
+    inject(bad);
+    dp_->poll_once();
+    EXPECT_TRUE(sent(0).empty());
+    EXPECT_EQ(drops(0, DropReason::inject_malformed), 1u);
+}
+
+// A pcap file in, a pcap file out: the net_pcap vdev comes up through rte_dev_probe like any other.
+void write_pcap(const std::string& path, const std::vector<std::vector<uint8_t>>& frames) {
+    std::ofstream f(path, std::ios::binary);
+    const uint32_t hdr[] = {0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1};
+    f.write(reinterpret_cast<const char*>(hdr), 24);
+    for (const auto& fr : frames) {
+        const uint32_t rec[] = {0, 0, static_cast<uint32_t>(fr.size()), static_cast<uint32_t>(fr.size())};
+        f.write(reinterpret_cast<const char*>(rec), 16);
+        f.write(reinterpret_cast<const char*>(fr.data()), static_cast<std::streamsize>(fr.size()));
+    }
+}
+
+std::vector<std::vector<uint8_t>> read_pcap(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::vector<std::vector<uint8_t>> out;
+    char hdr[24];
+    if (!f.read(hdr, 24)) return out;
+    uint32_t rec[4];
+    while (f.read(reinterpret_cast<char*>(rec), 16)) {
+        std::vector<uint8_t> fr(rec[2]);
+        f.read(reinterpret_cast<char*>(fr.data()), rec[2]);
+        out.push_back(fr);
+    }
+    return out;
+}
+
+TEST(DataplanePcap, ArpRequestFromAPcapFileIsAnsweredIntoAPcapFile) {
+    const auto dir = std::filesystem::temp_directory_path() / ("fgpcap" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const test::Mac node{0x02, 0, 0, 0, 1, 0x0a};
+    write_pcap(dir / "in.pcap", {PacketBuilder().eth(test::kBroadcast, node).arp(1, node, "198.18.1.10", {}, "198.18.1.1").build()});
+    const std::string dev = "net_pcap_t0,rx_pcap=" + (dir / "in.pcap").string() + ",tx_pcap=" + (dir / "out.pcap").string();
+    PortHandle h = bring_up_port(PortSetup{"pcap", dev}, g_pool);
+    {
+        std::vector<DpPortConfig> pc{{h.port_id, PortRole::internal, h.mac, be("198.18.1.1"), 24, 0}};
+        Dataplane dp(DataplaneConfig{}, pc, g_pool, DpRings{});
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (dp.counters().arp_replies_sent.get() == 0 && std::chrono::steady_clock::now() < deadline) dp.poll_once();
+        EXPECT_EQ(dp.port_counters(0).tx_packets.get(), 1u);
+    }
+    close_port(h);  // flushes and closes the output file
+    const auto out = read_pcap(dir / "out.pcap");
+    ASSERT_EQ(out.size(), 1u);
+    const test::Mac gw = mac_of(h.mac);
+    EXPECT_EQ(out[0], PacketBuilder().eth(node, gw).arp(2, gw, "198.18.1.1", node, "198.18.1.10").build());
+    std::filesystem::remove_all(dir);
+}
+
+TEST(PortBringUp, UnknownDeviceIsRefusedWithTheDeviceNamed) {
+    try {
+        bring_up_port(PortSetup{"bogus", "net_nosuchdriver0,x=1"}, g_pool);
+        FAIL() << "expected PortError";
+    } catch (const PortError& e) {
+        EXPECT_NE(std::string(e.what()).find("net_nosuchdriver0,x=1"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("port 'bogus'"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace fedgate

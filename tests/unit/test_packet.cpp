@@ -1,0 +1,204 @@
+// Packet parser: every layer it reads, and every way a packet can be cut short or malformed.
+#include <gtest/gtest.h>
+
+#include "dataplane/packet.hpp"
+#include "tests/support/packet_builder.hpp"
+
+namespace fedgate {
+namespace {
+
+using test::PacketBuilder;
+const test::Mac kA{0x02, 0, 0, 0, 0, 0x0a};
+const test::Mac kB{0x02, 0, 0, 0, 0, 0x0b};
+
+DropReason parse(const std::vector<uint8_t>& b, ParsedPacket& p) {
+    // Copy into an exact-size heap buffer so ASan catches any read past the end.
+    std::unique_ptr<uint8_t[]> exact(new uint8_t[b.size() ? b.size() : 1]);
+    std::memcpy(exact.get(), b.data(), b.size());
+    return parse_packet(exact.get(), static_cast<uint32_t>(b.size()), p);
+}
+DropReason parse(const std::vector<uint8_t>& b) {
+    ParsedPacket p;
+    return parse(b, p);
+}
+
+TEST(PacketParse, UdpOverIpv4ReadsAddressesPortsAndPayload) {
+    const auto b = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(4000, 53).payload(10).build();
+    ParsedPacket p;
+    ASSERT_EQ(parse(b, p), DropReason::none);
+    EXPECT_EQ(p.ether_type_host, kEtherTypeIpv4);
+    EXPECT_EQ(p.l3_offset, 14);
+    EXPECT_EQ(p.l3_len, 20 + 8 + 10);
+    EXPECT_EQ(p.l4_offset, 34);
+    EXPECT_EQ(p.ip_proto, kIpProtoUdp);
+    EXPECT_EQ(ntohl(p.src_ip), test::ip("198.18.1.10"));
+    EXPECT_EQ(ntohl(p.dst_ip), test::ip("198.18.1.1"));
+    EXPECT_EQ(ntohs(p.src_port), 4000);
+    EXPECT_EQ(ntohs(p.dst_port), 53);
+    EXPECT_EQ(p.payload_offset, 42);
+    EXPECT_EQ(p.payload_len, 10);
+    EXPECT_FALSE(p.fragment);
+}
+
+TEST(PacketParse, TcpHeaderWithOptionsPutsPayloadAfterThem) {
+    auto b = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.2.10").tcp(1234, 80).payload(12).build();
+    b[34 + 12] = 8 << 4;  // data offset 32 bytes: 12 option bytes, which the payload now stands in for
+    b[24] = b[25] = 0;    // checksum refilled below
+    const uint16_t c = test::inet_checksum(&b[14], 20);
+    b[24] = static_cast<uint8_t>(c >> 8), b[25] = static_cast<uint8_t>(c);
+    ParsedPacket p;
+    ASSERT_EQ(parse(b, p), DropReason::none);
+    EXPECT_EQ(p.ip_proto, kIpProtoTcp);
+    EXPECT_EQ(p.payload_offset, 34 + 32);
+    EXPECT_EQ(p.payload_len, 0);
+    EXPECT_EQ(ntohs(p.dst_port), 80);
+}
+
+TEST(PacketParse, IcmpEchoReadsTypeAndCode) {
+    const auto b = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").icmp(8, 0, 7, 1).payload(56).build();
+    ParsedPacket p;
+    ASSERT_EQ(parse(b, p), DropReason::none);
+    EXPECT_EQ(p.icmp_type, 8);
+    EXPECT_EQ(p.icmp_code, 0);
+    EXPECT_EQ(p.l4_len, 64);
+}
+
+TEST(PacketParse, ArpRequestReadsOpAndAddresses) {
+    const auto b = PacketBuilder().eth(test::kBroadcast, kB).arp(1, kB, "198.18.1.10", {}, "198.18.1.1").build();
+    ParsedPacket p;
+    ASSERT_EQ(parse(b, p), DropReason::none);
+    EXPECT_EQ(p.ether_type_host, kEtherTypeArp);
+    EXPECT_EQ(p.arp_op_host, 1);
+    EXPECT_EQ(ntohl(p.src_ip), test::ip("198.18.1.10"));
+    EXPECT_EQ(ntohl(p.dst_ip), test::ip("198.18.1.1"));
+}
+
+TEST(PacketParse, VlanAndQinQTagsAreSkippedAndCounted) {
+    ParsedPacket p;
+    auto one = PacketBuilder().eth(kA, kB).vlan(100).ipv4("198.18.1.10", "198.18.1.1").udp(1, 2).build();
+    ASSERT_EQ(parse(one, p), DropReason::none);
+    EXPECT_EQ(p.vlan_count, 1);
+    EXPECT_EQ(p.vlan_id_host, 100);
+    EXPECT_EQ(p.l3_offset, 18);
+    EXPECT_EQ(ntohs(p.dst_port), 2);
+    auto two = PacketBuilder().eth(kA, kB).vlan(7).vlan(9).ipv4("198.18.1.10", "198.18.1.1").udp(1, 2).build();
+    two[12] = 0x88, two[13] = 0xa8;  // outer tag as 802.1ad
+    ASSERT_EQ(parse(two, p), DropReason::none);
+    EXPECT_EQ(p.vlan_count, 2);
+    EXPECT_EQ(p.vlan_id_host, 7);
+    EXPECT_EQ(p.l3_offset, 22);
+}
+
+TEST(PacketParse, UnknownEtherTypeIsLeftToTheCaller) {
+    auto b = PacketBuilder().eth(kA, kB).payload(40).build();
+    b[12] = 0x86, b[13] = 0xdd;
+    ParsedPacket p;
+    ASSERT_EQ(parse(b, p), DropReason::none);
+    EXPECT_EQ(p.ether_type_host, 0x86dd);
+}
+
+TEST(PacketParse, EthernetPaddingAfterIpv4IsAllowed) {
+    auto b = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(1, 2).build();
+    b.resize(60, 0);
+    ParsedPacket p;
+    ASSERT_EQ(parse(b, p), DropReason::none);
+    EXPECT_EQ(p.l3_len, 28);
+    EXPECT_EQ(p.payload_len, 0);
+}
+
+TEST(PacketParse, FragmentsAreFlaggedAndLaterOnesHaveNoL4) {
+    ParsedPacket p;
+    const auto first = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").fragment(true, 0).udp(1, 2).payload(16).build();
+    ASSERT_EQ(parse(first, p), DropReason::none);
+    EXPECT_TRUE(p.fragment);
+    EXPECT_EQ(p.l4_offset, 34);
+    const auto later = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").fragment(false, 3).ip_proto(17).payload(16).build();
+    ASSERT_EQ(parse(later, p), DropReason::none);
+    EXPECT_TRUE(p.fragment);
+    EXPECT_EQ(p.l4_offset, 0);
+}
+
+// Every prefix of a good packet must be rejected with the reason of the layer it cuts into.
+TEST(PacketParse, EveryTruncationIsDroppedWithTheLayersReason) {
+    const auto udp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(1, 2).payload(4).build();
+    for (std::size_t n = 0; n < udp.size(); ++n) {
+        const std::vector<uint8_t> cut(udp.begin(), udp.begin() + static_cast<long>(n));
+        const DropReason want = n < 14 ? DropReason::eth_truncated
+                              : n < 34 ? DropReason::ipv4_truncated
+                                       : DropReason::ipv4_bad_length;  // total length now exceeds the frame
+        EXPECT_EQ(parse(cut), want) << "length " << n;
+    }
+    const auto arp = PacketBuilder().eth(test::kBroadcast, kB).arp(1, kB, "198.18.1.10", {}, "198.18.1.1").build();
+    for (std::size_t n = 14; n < arp.size(); ++n)
+        EXPECT_EQ(parse({arp.begin(), arp.begin() + static_cast<long>(n)}), DropReason::arp_malformed) << n;
+    const auto tagged = PacketBuilder().eth(kA, kB).vlan(5).ipv4("198.18.1.10", "198.18.1.1").build();
+    for (std::size_t n = 14; n < 18; ++n)
+        EXPECT_EQ(parse({tagged.begin(), tagged.begin() + static_cast<long>(n)}), DropReason::vlan_truncated) << n;
+}
+
+// L4 headers cut short inside a consistent IPv4 packet (total length agrees with the frame).
+TEST(PacketParse, ShortL4HeadersHaveTheirOwnReasons) {
+    const auto icmp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").payload(7).ip_proto(1).build();
+    EXPECT_EQ(parse(icmp), DropReason::icmp_truncated);
+    const auto udp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").payload(7).ip_proto(17).build();
+    EXPECT_EQ(parse(udp), DropReason::udp_truncated);
+    const auto tcp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").payload(19).ip_proto(6).build();
+    EXPECT_EQ(parse(tcp), DropReason::tcp_truncated);
+}
+
+std::vector<uint8_t> with_ip_byte(std::size_t off, uint8_t v, bool fix_checksum = true) {
+    auto b = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(1, 2).payload(8).build();
+    b[14 + off] = v;
+    if (fix_checksum) {
+        b[24] = b[25] = 0;
+        const uint16_t c = test::inet_checksum(&b[14], 20);
+        b[24] = static_cast<uint8_t>(c >> 8), b[25] = static_cast<uint8_t>(c);
+    }
+    return b;
+}
+
+TEST(PacketParse, MalformedIpv4HeadersAreDroppedWithTheRightReason) {
+    EXPECT_EQ(parse(with_ip_byte(0, 0x65)), DropReason::ipv4_bad_version);
+    EXPECT_EQ(parse(with_ip_byte(0, 0x44)), DropReason::ipv4_bad_ihl);
+    EXPECT_EQ(parse(with_ip_byte(0, 0x4f)), DropReason::ipv4_truncated);    // 60-byte header in a 50-byte packet
+    EXPECT_EQ(parse(with_ip_byte(2, 0x01)), DropReason::ipv4_bad_length);   // total length 256+ > frame
+    EXPECT_EQ(parse(with_ip_byte(3, 10)), DropReason::ipv4_bad_length);     // total length < header
+    EXPECT_EQ(parse(with_ip_byte(8, 1, false)), DropReason::ipv4_bad_checksum);
+}
+
+TEST(PacketParse, MalformedL4HeadersAreDroppedWithTheRightReason) {
+    auto udp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(1, 2).payload(8).build();
+    udp[34 + 5] = 7;  // UDP length 7 < 8
+    EXPECT_EQ(parse(udp), DropReason::udp_bad_length);
+    udp[34 + 5] = 20;  // 20 != 16 bytes of UDP
+    EXPECT_EQ(parse(udp), DropReason::udp_bad_length);
+    auto tcp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").tcp(1, 2).build();
+    tcp[34 + 12] = 4 << 4;  // data offset 16 bytes
+    EXPECT_EQ(parse(tcp), DropReason::tcp_bad_header);
+    tcp[34 + 12] = 6 << 4;  // 24 bytes, past the 20 there are
+    EXPECT_EQ(parse(tcp), DropReason::tcp_bad_header);
+}
+
+TEST(PacketParse, ArpThatIsNotEthernetIpv4OrHasAnOddOpIsDropped) {
+    auto b = PacketBuilder().eth(test::kBroadcast, kB).arp(1, kB, "198.18.1.10", {}, "198.18.1.1").build();
+    auto bad_htype = b;
+    bad_htype[15] = 6;
+    EXPECT_EQ(parse(bad_htype), DropReason::arp_malformed);
+    auto bad_plen = b;
+    bad_plen[19] = 16;
+    EXPECT_EQ(parse(bad_plen), DropReason::arp_malformed);
+    auto rarp = PacketBuilder().eth(test::kBroadcast, kB).arp(3, kB, "198.18.1.10", {}, "198.18.1.1").build();
+    EXPECT_EQ(parse(rarp), DropReason::arp_unsupported_op);
+}
+
+TEST(PacketParse, EveryDropReasonHasANameAndHelp) {
+    for (std::size_t i = 0; i < kDropReasonCount; ++i) {
+        EXPECT_FALSE(kDropReasonNames[i].empty());
+        EXPECT_FALSE(kDropReasonHelp[i].empty());
+    }
+    EXPECT_EQ(drop_reason_name(DropReason::tx_full), "tx_full");
+    EXPECT_EQ(drop_reason_name(DropReason::none), "none");
+}
+
+}  // namespace
+}  // namespace fedgate

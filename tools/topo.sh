@@ -1,0 +1,446 @@
+#!/usr/bin/env bash
+# tools/topo.sh — the two-party fedgate test topology in network namespaces.
+#
+# Builds (up), removes (down), shows (status) and describes (env) a pair of
+# private networks joined through two gateway namespaces, each gateway port a
+# bare veth end that a DPDK net_af_packet port drives. See --help.
+#
+# Only addresses from 198.18.0.0/15 are used; no namespace has a route out.
+
+set -euo pipefail
+
+readonly PROG=${0##*/}
+readonly DEFAULT_STATE_ROOT=/run/fedgate-topo
+
+# Fixed addressing of the topology (all inside 198.18.0.0/15).
+readonly A_NODE_IP=198.18.1.10 A_IN_IP=198.18.1.1 A_NET_LEN=24
+readonly B_NODE_IP=198.18.2.10 B_IN_IP=198.18.2.1 B_NET_LEN=24
+readonly A_EXT_IP=198.19.0.1 B_EXT_IP=198.19.0.2 EXT_NET_LEN=24
+
+usage() {
+    cat <<EOF
+Usage: $PROG [--prefix P] up|down|status|env
+       $PROG --help
+
+Builds the two-party fedgate test topology in network namespaces:
+
+ ns P-a-node          ns P-a-gw                        ns P-b-gw          ns P-b-node
++----------------+   +------------------+        +------------------+   +----------------+
+| Pa-node        |   | Pa-in            |        |            Pb-in |   |        Pb-node |
+| 198.18.1.10/24 +---+ gw 198.18.1.1/24 |        | gw 198.18.2.1/24 +---+ 198.18.2.10/24 |
+| default via    |   |   [gateway A]    |        |   [gateway B]    |   |    default via |
+|   198.18.1.1   |   | Pa-ext           |        |           Pb-ext |   |   198.18.2.1   |
++----------------+   | gw 198.19.0.1/24 +--------+ gw 198.19.0.2/24 |   +----------------+
+                     +------------------+        +------------------+
+ party A private net                 joining network                party B private net
+   198.18.1.0/24                      198.19.0.0/24                    198.18.2.0/24
+
+  Every link is a veth pair. The node ends carry kernel addresses and a
+  default route via their gateway. The gateway ends (Pa-in, Pa-ext, Pb-in,
+  Pb-ext) have NO kernel address: the DPDK gateway (fedgated, net_af_packet
+  on the veth end) owns the "(gw: ...)" addresses and answers ARP/ICMP.
+  IPv6 is disabled in all four namespaces; TX checksum offload (and
+  TSO/GSO, and GRO on the gateway ends) is off on every veth end.
+
+Commands:
+  up      (re)build the topology (runs 'down' first) and write the gateway
+          configs STATE/P/a.toml and STATE/P/b.toml (fresh shared peer key)
+  down    kill processes left in the namespaces, delete the namespaces, any
+          stray P-named veth in the root namespace, and STATE/P. Idempotent.
+  status  show links and addresses in each namespace; exit 0 if all four
+          namespaces exist, 1 otherwise
+  env     print shell assignments for 'eval "\$($PROG env)"':
+          TOPO_PREFIX TOPO_STATE NS_A_NODE NS_A_GW NS_B_NODE NS_B_GW
+          A_NODE_IP B_NODE_IP A_IN_IP B_IN_IP A_EXT_IP B_EXT_IP
+          A_NODE_IF A_IN_IF A_EXT_IF B_NODE_IF B_IN_IF B_EXT_IF
+          A_CONF B_CONF A_SOCK B_SOCK
+
+Options:
+  --prefix P  prefix of every namespace and interface name, [a-z0-9]{1,4}
+              (default: \$FEDGATE_TOPO_PREFIX, else "fg"), so that several
+              topologies (a test run and a demo) can coexist
+  -h, --help  this text
+
+Environment:
+  FEDGATE_TOPO_PREFIX  default prefix
+  FEDGATE_TOPO_STATE   state root (absolute); else \$STATE; else $DEFAULT_STATE_ROOT
+
+Start the gateways with, e.g.:
+  eval "\$($PROG --prefix P env)"
+  ip netns exec "\$NS_A_GW" fedgated --config "\$A_CONF" &
+  ip netns exec "\$NS_B_GW" fedgated --config "\$B_CONF" &
+  ip netns exec "\$NS_A_NODE" ping -c1 "\$A_IN_IP"
+Must be run as root (except env and --help).
+EOF
+}
+
+die() { echo "$PROG: $*" >&2; exit 1; }
+bad_usage() {
+    echo "$PROG: $*" >&2
+    echo "Usage: $PROG [--prefix P] up|down|status|env   (see --help)" >&2
+    exit 2
+}
+note() { echo "$PROG: $*" >&2; }
+
+# ---------------------------------------------------------------- arguments
+ORIG_ARGS=("$@")
+PREFIX=${FEDGATE_TOPO_PREFIX:-fg}
+CMD=
+while (($#)); do
+    case $1 in
+        -h|--help) usage; exit 0 ;;
+        --prefix)
+            (($# >= 2)) || bad_usage "--prefix needs a value"
+            PREFIX=$2; shift 2 ;;
+        --prefix=*) PREFIX=${1#--prefix=}; shift ;;
+        -*) bad_usage "unknown option: $1" ;;
+        *)
+            [[ -z $CMD ]] || bad_usage "one command only (got '$CMD' and '$1')"
+            CMD=$1; shift ;;
+    esac
+done
+[[ -n $CMD ]] || bad_usage "no command given"
+case $CMD in up|down|status|env) ;; *) bad_usage "unknown command: $CMD" ;; esac
+
+if [[ ! $PREFIX =~ ^[a-z0-9]{1,4}$ ]]; then
+    echo "$PROG: invalid prefix '$PREFIX': must match [a-z0-9]{1,4}" \
+         "(it is part of every interface name, which must stay <= 15 chars)" >&2
+    exit 2
+fi
+
+STATE_ROOT=${FEDGATE_TOPO_STATE:-${STATE:-$DEFAULT_STATE_ROOT}}
+STATE_ROOT=${STATE_ROOT%/}
+[[ $STATE_ROOT == /?* ]] || { echo "$PROG: state root must be an absolute path: '$STATE_ROOT'" >&2; exit 2; }
+readonly PREFIX STATE_ROOT
+readonly STATE_DIR=$STATE_ROOT/$PREFIX
+
+readonly NS_A_NODE=$PREFIX-a-node NS_A_GW=$PREFIX-a-gw
+readonly NS_B_NODE=$PREFIX-b-node NS_B_GW=$PREFIX-b-gw
+readonly ALL_NS=("$NS_A_NODE" "$NS_A_GW" "$NS_B_NODE" "$NS_B_GW")
+readonly A_NODE_IF=${PREFIX}a-node A_IN_IF=${PREFIX}a-in A_EXT_IF=${PREFIX}a-ext
+readonly B_NODE_IF=${PREFIX}b-node B_IN_IF=${PREFIX}b-in B_EXT_IF=${PREFIX}b-ext
+readonly ALL_IF=("$A_NODE_IF" "$A_IN_IF" "$A_EXT_IF" "$B_NODE_IF" "$B_IN_IF" "$B_EXT_IF")
+readonly A_CONF=$STATE_DIR/a.toml B_CONF=$STATE_DIR/b.toml
+# shellcheck disable=SC2034  # read through ${!v} in cmd_env
+readonly A_SOCK=$STATE_DIR/a.sock B_SOCK=$STATE_DIR/b.sock
+
+need_root() {
+    [[ $EUID -eq 0 ]] || die "'$CMD' must be run as root (it manages network namespaces); try: sudo $0 ${ORIG_ARGS[*]}"
+}
+need_tools() {
+    local t
+    for t in "$@"; do
+        command -v "$t" >/dev/null 2>&1 || die "required tool '$t' not found (Debian: apt-get install -y iproute2 ethtool coreutils)"
+    done
+}
+
+ns_exists() { [[ -e /run/netns/$1 ]]; }
+
+# Never signal this script, its ancestors (it may have been started inside
+# one of the namespaces) or its own children (which then are inside too), and
+# skip zombies, which hold no namespace. Pure bash: no fork per PID.
+# (Forks are slow on small VMs: the helpers below set globals instead.)
+P_PPID="" P_STATE=""
+proc_ppid_state() { # PID -> sets P_PPID, P_STATE; fails if gone
+    local st f
+    { read -r st </proc/"$1"/stat; } 2>/dev/null || return 1
+    read -r -a f <<<"${st##*) }"       # fields after "pid (comm) ": state ppid ...
+    P_STATE=${f[0]:-?} P_PPID=${f[1]:-0}
+}
+SELF_PIDS=
+self_pids_init() {
+    local p=$$
+    SELF_PIDS=" "
+    while [[ $p =~ ^[0-9]+$ ]] && ((p > 1)); do
+        SELF_PIDS+="$p "
+        proc_ppid_state "$p" || break
+        p=$P_PPID
+    done
+}
+is_ours_or_gone() {
+    local p=$1 n
+    [[ $SELF_PIDS == *" $p "* ]] && return 0
+    proc_ppid_state "$p" || return 0
+    [[ $P_STATE == Z ]] && return 0
+    for ((n = 0; n < 64 && p > 1; n++)); do
+        ((p == $$ || p == BASHPID)) && return 0
+        proc_ppid_state "$p" || return 1
+        p=$P_PPID
+    done
+    return 1
+}
+
+# PIDs in namespace $1 that are alive and not ours.
+ns_pids() {
+    local p
+    while read -r p; do
+        [[ $p =~ ^[0-9]+$ ]] && ! is_ours_or_gone "$p" && echo "$p"
+    done < <(ip netns pids "$1" 2>/dev/null || true)
+    return 0
+}
+
+# ---------------------------------------------------------------- down
+# PIDs in all of our namespaces that still exist (other than ours).
+all_ns_pids() {
+    local ns
+    for ns in "${ALL_NS[@]}"; do
+        ns_exists "$ns" && ns_pids "$ns"
+    done
+    return 0
+}
+
+cmd_down() {
+    local ns pids p i name deadline
+    self_pids_init
+    # 1. Ask every process in our namespaces to stop; wait ~5 s; then force.
+    mapfile -t pids < <(all_ns_pids)
+    if ((${#pids[@]})); then
+        note "stopping ${#pids[@]} process(es) left in the $PREFIX namespaces: ${pids[*]}"
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        deadline=$((SECONDS + 5))
+        while :; do
+            mapfile -t pids < <(all_ns_pids)
+            ((${#pids[@]} && SECONDS < deadline)) || break
+            sleep 0.1
+        done
+        # Re-scanned: includes anything forked meanwhile.
+        for ((i = 0; i < 10 && ${#pids[@]}; i++)); do
+            ((i > 0)) || note "force-killing: ${pids[*]}"
+            kill -KILL "${pids[@]}" 2>/dev/null || true
+            sleep 0.1
+            mapfile -t pids < <(all_ns_pids)
+        done
+        ((${#pids[@]} == 0)) || note "still running in the $PREFIX namespaces: ${pids[*]}"
+    fi
+    # 2. Delete the namespaces (their veths go with them).
+    for ns in "${ALL_NS[@]}"; do
+        if ns_exists "$ns"; then
+            ip netns delete "$ns" 2>/dev/null || note "could not delete namespace $ns"
+        fi
+    done
+    # 3. Any stray veth with one of our exact names in the root namespace.
+    while read -r name _; do
+        name=${name%%@*}
+        for p in "${ALL_IF[@]}"; do
+            # (Deleting one end of a veth removes its peer: skip it then.)
+            if [[ $name == "$p" ]] && ip link show dev "$name" >/dev/null 2>&1; then
+                ip link delete "$name" 2>/dev/null || note "could not delete stray link $name"
+            fi
+        done
+    done < <(ip -br link show type veth 2>/dev/null || true)
+    # 4. The state directory of this prefix (only that one).
+    if [[ -d $STATE_DIR ]]; then
+        rm -rf -- "$STATE_DIR" || note "could not remove $STATE_DIR"
+    fi
+    rmdir -- "$STATE_ROOT" 2>/dev/null || true
+    return 0
+}
+
+# ---------------------------------------------------------------- up
+nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+ns_sysctls() {
+    local ns=$1
+    if [[ -d /proc/sys/net/ipv6 ]]; then
+        nsx "$ns" sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+        nsx "$ns" sysctl -q -w net.ipv6.conf.lo.disable_ipv6=1
+    fi
+}
+
+# Offloads off; tolerate features a veth does not have, but require TX
+# checksumming to end up off (af_packet would see partial checksums).
+offloads_off() {
+    local ns=$1 dev=$2 f state
+    shift 2
+    for f in "$@"; do
+        nsx "$ns" ethtool -K "$dev" "$f" off >/dev/null 2>&1 || true
+    done
+    state=$(nsx "$ns" ethtool -k "$dev" 2>/dev/null | awk -F': ' '$1 == "tx-checksumming" { print $2 }') || state=
+    [[ -n $state ]] || die "cannot read the offload settings of $dev in $ns (ethtool -k)"
+    [[ $state == off* ]] || die "TX checksum offload still '$state' on $dev in $ns"
+}
+
+veth() { # veth NS1 IF1 NS2 IF2
+    ip -n "$1" link add "$2" type veth peer name "$4" netns "$3"
+}
+
+write_conf() { # file party id ns_label core in_if in_addr ext_if ext_addr peer peer_id peer_addr key
+    local file=$1 party=$2 id=$3 tag=$4 core=$5 in_if=$6 in_addr=$7 ext_if=$8 ext_addr=$9
+    local peer=${10} peer_id=${11} peer_addr=${12} key=${13}
+    local tmp=$file.tmp.$$
+    cat >"$tmp" <<EOF
+# fedgate gateway config for party $party — written by tools/topo.sh
+# topology prefix "$PREFIX"; start with:
+#   ip netns exec $PREFIX-$tag-gw fedgated --config $file
+[gateway]
+party = "$party"
+party_id = $id
+socket = "$STATE_DIR/$tag.sock"
+state_dir = "$STATE_DIR/$tag-state"
+
+[eal]
+args = ["-l", "$core", "--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--file-prefix", "$PREFIX-$tag", "--log-level", "lib.eal:warning"]
+
+[dataplane]
+idle = "backoff"
+
+[[port]]
+name = "internal"
+role = "internal"
+device = "net_af_packet0,iface=$in_if"
+address = "$in_addr"
+
+[[port]]
+name = "external"
+role = "external"
+device = "net_af_packet1,iface=$ext_if"
+address = "$ext_addr"
+
+[[peer]]
+party = "$peer"
+party_id = $peer_id
+address = "$peer_addr"
+key = "$key"
+EOF
+    mv -f -- "$tmp" "$file"
+}
+
+# wait_carrier NS IF [NS IF ...]: wait (up to ~3 s) until every link is
+# operationally up, so that a caller starting the gateways right away does not
+# race the kernel's carrier propagation.
+wait_carrier() {
+    local i j k st pending
+    for ((i = 0; i < 30; i++)); do
+        pending=
+        for ((j = 1; j < $#; j += 2)); do
+            k=$((j + 1))
+            st=$(ip -n "${!j}" -o link show dev "${!k}" 2>/dev/null) || st=
+            [[ $st == *"state UP"* ]] || pending+=" ${!k}"
+        done
+        [[ -z $pending ]] && return 0
+        sleep 0.1
+    done
+    die "links not operationally up after 3 s:$pending"
+}
+
+UP_DONE=0
+up_failed() {
+    local rc=$?
+    if ((UP_DONE == 0)); then
+        note "'up' failed (exit $rc); removing the half-built topology"
+        trap - EXIT
+        set +e
+        cmd_down
+    fi
+    exit "$rc"
+}
+
+cmd_up() {
+    local ns key
+    cmd_down
+    trap up_failed EXIT
+
+    for ns in "${ALL_NS[@]}"; do
+        ip netns add "$ns"
+        ns_sysctls "$ns"
+        ip -n "$ns" link set lo up
+    done
+    # The gateway namespaces must never route in the kernel: the data plane does.
+    for ns in "$NS_A_GW" "$NS_B_GW"; do
+        nsx "$ns" sysctl -q -w net.ipv4.ip_forward=0
+    done
+
+    # Veth pairs are created directly inside their namespaces, never in root.
+    veth "$NS_A_NODE" "$A_NODE_IF" "$NS_A_GW" "$A_IN_IF"
+    veth "$NS_B_NODE" "$B_NODE_IF" "$NS_B_GW" "$B_IN_IF"
+    veth "$NS_A_GW" "$A_EXT_IF" "$NS_B_GW" "$B_EXT_IF"
+
+    offloads_off "$NS_A_NODE" "$A_NODE_IF" tx tso gso
+    offloads_off "$NS_B_NODE" "$B_NODE_IF" tx tso gso
+    offloads_off "$NS_A_GW" "$A_IN_IF" tx gro gso tso
+    offloads_off "$NS_A_GW" "$A_EXT_IF" tx gro gso tso
+    offloads_off "$NS_B_GW" "$B_IN_IF" tx gro gso tso
+    offloads_off "$NS_B_GW" "$B_EXT_IF" tx gro gso tso
+
+    ip -n "$NS_A_NODE" addr add "$A_NODE_IP/$A_NET_LEN" dev "$A_NODE_IF"
+    ip -n "$NS_B_NODE" addr add "$B_NODE_IP/$B_NET_LEN" dev "$B_NODE_IF"
+
+    ip -n "$NS_A_GW" link set "$A_IN_IF" up
+    ip -n "$NS_A_GW" link set "$A_EXT_IF" up
+    ip -n "$NS_B_GW" link set "$B_IN_IF" up
+    ip -n "$NS_B_GW" link set "$B_EXT_IF" up
+    ip -n "$NS_A_NODE" link set "$A_NODE_IF" up
+    ip -n "$NS_B_NODE" link set "$B_NODE_IF" up
+
+    ip -n "$NS_A_NODE" route add default via "$A_IN_IP" dev "$A_NODE_IF"
+    ip -n "$NS_B_NODE" route add default via "$B_IN_IP" dev "$B_NODE_IF"
+    wait_carrier "$NS_A_NODE" "$A_NODE_IF" "$NS_A_GW" "$A_IN_IF" "$NS_A_GW" "$A_EXT_IF" \
+                 "$NS_B_NODE" "$B_NODE_IF" "$NS_B_GW" "$B_IN_IF" "$NS_B_GW" "$B_EXT_IF"
+
+    # Gateway configs, sharing one fresh per-pair key.
+    key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+    [[ $key =~ ^[0-9a-f]{64}$ ]] || die "could not generate a key"
+    (
+        mkdir -p -- "$STATE_DIR"
+        umask 077   # the configs hold the pair's key; the state dirs are private
+        mkdir -p -- "$STATE_DIR/a-state" "$STATE_DIR/b-state"
+        write_conf "$A_CONF" alpha 1 a 0 "$A_IN_IF" "$A_IN_IP/$A_NET_LEN" \
+            "$A_EXT_IF" "$A_EXT_IP/$EXT_NET_LEN" beta 2 "$B_EXT_IP" "$key"
+        write_conf "$B_CONF" beta 2 b 1 "$B_IN_IF" "$B_IN_IP/$B_NET_LEN" \
+            "$B_EXT_IF" "$B_EXT_IP/$EXT_NET_LEN" alpha 1 "$A_EXT_IP" "$key"
+    )
+
+    UP_DONE=1
+    trap - EXIT
+    cat <<EOF
+topology "$PREFIX" is up:
+  $NS_A_NODE ($A_NODE_IF $A_NODE_IP) <-> $NS_A_GW ($A_IN_IF, gw $A_IN_IP | $A_EXT_IF, gw $A_EXT_IP)
+  $NS_B_NODE ($B_NODE_IF $B_NODE_IP) <-> $NS_B_GW ($B_IN_IF, gw $B_IN_IP | $B_EXT_IF, gw $B_EXT_IP)
+gateway configs:
+  A: $A_CONF   (ip netns exec $NS_A_GW fedgated --config $A_CONF)
+  B: $B_CONF   (ip netns exec $NS_B_GW fedgated --config $B_CONF)
+variables: eval "\$($0 --prefix $PREFIX env)"
+EOF
+}
+
+# ---------------------------------------------------------------- status
+cmd_status() {
+    local ns missing=0
+    for ns in "${ALL_NS[@]}"; do
+        if ns_exists "$ns"; then
+            echo "== $ns"
+            ip -n "$ns" -br link | sed 's/^/  link  /'
+            ip -n "$ns" -br addr | sed 's/^/  addr  /'
+        else
+            echo "== $ns: missing"
+            missing=1
+        fi
+    done
+    local f
+    for f in "$A_CONF" "$B_CONF"; do
+        if [[ -f $f ]]; then echo "config: $f"; else echo "config: $f (missing)"; fi
+    done
+    return "$missing"
+}
+
+# ---------------------------------------------------------------- env
+cmd_env() {
+    local v
+    for v in TOPO_PREFIX TOPO_STATE NS_A_NODE NS_A_GW NS_B_NODE NS_B_GW \
+             A_NODE_IP B_NODE_IP A_IN_IP B_IN_IP A_EXT_IP B_EXT_IP \
+             A_NODE_IF A_IN_IF A_EXT_IF B_NODE_IF B_IN_IF B_EXT_IF \
+             A_CONF B_CONF A_SOCK B_SOCK; do
+        case $v in
+            TOPO_PREFIX) printf '%s=%q\n' "$v" "$PREFIX" ;;
+            TOPO_STATE) printf '%s=%q\n' "$v" "$STATE_DIR" ;;
+            *) printf '%s=%q\n' "$v" "${!v}" ;;
+        esac
+    done
+}
+
+case $CMD in
+    up)     need_root; need_tools ip ethtool od sysctl; cmd_up ;;
+    down)   need_root; need_tools ip; cmd_down ;;
+    status) need_root; need_tools ip; cmd_status ;;
+    env)    cmd_env ;;
+esac
