@@ -1,0 +1,673 @@
+// The configuration file: what a good file parses to, the defaults, and the message for each kind of bad file.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "controlplane/config.hpp"
+
+namespace {
+
+using fedgate::ConfigError;
+using fedgate::parse_config;
+using fedgate::PortRoleCfg;
+
+// One good file, kept in sections so bad files can be made by swapping a single piece.
+const std::string kGateway = R"([gateway]
+party = "alpha"
+party_id = 1
+socket = "/tmp/fedgate-test/alpha.sock"
+state_dir = "/tmp/fedgate-test/alpha-state"
+)";
+
+const std::string kEal = R"([eal]
+args = ["--no-huge", "--no-shconf", "-l", "0-1"]
+)";
+
+const std::string kDataplane = R"([dataplane]
+idle = "spin"
+idle_sleep_max_us = 150
+idle_polls_before_sleep = 64
+mbufs = 4095
+neighbour_capacity = 128
+neighbour_reachable_s = 20
+neighbour_stale_s = 600
+arp_probe_interval_ms = 250
+arp_probes = 5
+)";
+
+const std::string kInsidePort = R"([[port]]
+name = "inside"
+role = "internal"
+device = "net_af_packet0,iface=veth-in"
+address = "198.18.1.1/24"
+)";
+
+const std::string kOutsidePort = R"([[port]]
+name = "outside"
+role = "external"
+device = "net_af_packet1,iface=veth-out"
+address = "198.18.100.1/24"
+next_hop = "198.18.100.254"
+)";
+
+const std::string kBetaPeer = R"([[peer]]
+party = "beta"
+party_id = 2
+address = "198.18.100.2"
+key = "00112233445566778899aabbccddeeff"
+)";
+
+const std::string kGammaPeer = R"([[peer]]
+party = "gamma"
+party_id = 3
+address = "198.18.100.3"
+key = "ffeeddccbbaa99887766554433221100"
+)";
+
+std::string file_of(const std::string& gateway, const std::string& eal, const std::string& dataplane,
+                    const std::string& ports, const std::string& peers) {
+    return "# fedgate test configuration\n" + gateway + "\n" + eal + "\n" + dataplane + "\n" + ports + "\n" + peers;
+}
+
+const std::string kGood = file_of(kGateway, kEal, kDataplane, kInsidePort + "\n" + kOutsidePort, kBetaPeer);
+
+// `text` with its one occurrence of `from` replaced by `to`.
+std::string replaced(const std::string& text, const std::string& from, const std::string& to) {
+    const auto at = text.find(from);
+    if (at == std::string::npos || text.find(from, at + 1) != std::string::npos) {
+        ADD_FAILURE() << "'" << from << "' must occur exactly once in the test file";
+        return text;
+    }
+    return text.substr(0, at) + to + text.substr(at + from.size());
+}
+
+// 1-based number of the line holding the `nth` occurrence of `needle`.
+int line_of(const std::string& text, const std::string& needle, int nth = 1) {
+    std::size_t at = std::string::npos;
+    for (int i = 0; i < nth; ++i) {
+        at = text.find(needle, at == std::string::npos ? 0 : at + 1);
+        if (at == std::string::npos) {
+            ADD_FAILURE() << "'" << needle << "' occurs fewer than " << nth << " times in the test file";
+            return -1;
+        }
+    }
+    return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+}
+
+// Checks that parsing `text` fails with "test.toml:LINE:COL: KEY: WHAT" (LINE 0: no line is checked,
+// only the file name).
+::testing::AssertionResult rejects(const std::string& text, const std::string& key, const std::string& what,
+                                   int line) {
+    try {
+        parse_config(text, "test.toml");
+    } catch (const ConfigError& e) {
+        const std::string msg = e.what();
+        const std::string tail = key.empty() ? ": " + what : ": " + key + ": " + what;
+        const std::string head = line > 0 ? "test.toml:" + std::to_string(line) + ":" : "test.toml";
+        if (e.file() != "test.toml") return ::testing::AssertionFailure() << "file() is '" << e.file() << "'";
+        if (e.key() != key) return ::testing::AssertionFailure() << "key() is '" << e.key() << "', not '" << key << "'";
+        if (msg.rfind(head, 0) != 0)
+            return ::testing::AssertionFailure() << "message '" << msg << "' does not start with '" << head << "'";
+        if (msg.size() < tail.size() || msg.compare(msg.size() - tail.size(), tail.size(), tail) != 0)
+            return ::testing::AssertionFailure() << "message '" << msg << "' does not end with '" << tail << "'";
+        return ::testing::AssertionSuccess();
+    } catch (const std::exception& e) {
+        return ::testing::AssertionFailure() << "threw something other than ConfigError: " << e.what();
+    }
+    return ::testing::AssertionFailure() << "parsed without error";
+}
+
+// ---- a good file ----
+
+TEST(Config, GoodFileParsesEveryValue) {
+    const fedgate::Config c = parse_config(kGood, "test.toml");
+
+    EXPECT_EQ(c.source, "test.toml");
+    EXPECT_EQ(c.party, "alpha");
+    EXPECT_EQ(c.party_id, 1);
+    EXPECT_EQ(c.socket, "/tmp/fedgate-test/alpha.sock");
+    EXPECT_EQ(c.state_dir, "/tmp/fedgate-test/alpha-state");
+    EXPECT_EQ(c.eal_args, (std::vector<std::string>{"--no-huge", "--no-shconf", "-l", "0-1"}));
+
+    EXPECT_TRUE(c.dataplane.idle_spin);
+    EXPECT_EQ(c.dataplane.idle_sleep_max_us, 150u);
+    EXPECT_EQ(c.dataplane.idle_polls_before_sleep, 64u);
+    EXPECT_EQ(c.dataplane.mbufs, 4095u);
+    EXPECT_EQ(c.dataplane.neighbour_capacity, 128u);
+    EXPECT_EQ(c.dataplane.neighbour_reachable_s, 20u);
+    EXPECT_EQ(c.dataplane.neighbour_stale_s, 600u);
+    EXPECT_EQ(c.dataplane.arp_probe_interval_ms, 250u);
+    EXPECT_EQ(c.dataplane.arp_probes, 5u);
+
+    ASSERT_EQ(c.ports.size(), 2u);
+    EXPECT_EQ(c.ports[0].name, "inside");
+    EXPECT_EQ(c.ports[0].role, PortRoleCfg::internal);
+    EXPECT_EQ(c.ports[0].device, "net_af_packet0,iface=veth-in");
+    EXPECT_EQ(c.ports[0].address.addr, 0xC6120101u);  // 198.18.1.1
+    EXPECT_EQ(c.ports[0].address.prefix_len, 24);
+    EXPECT_FALSE(c.ports[0].next_hop.has_value());
+    EXPECT_EQ(c.ports[1].name, "outside");
+    EXPECT_EQ(c.ports[1].role, PortRoleCfg::external);
+    EXPECT_EQ(c.ports[1].device, "net_af_packet1,iface=veth-out");
+    EXPECT_EQ(c.ports[1].address.addr, 0xC6126401u);  // 198.18.100.1
+    EXPECT_EQ(c.ports[1].address.prefix_len, 24);
+    ASSERT_TRUE(c.ports[1].next_hop.has_value());
+    EXPECT_EQ(*c.ports[1].next_hop, 0xC61264FEu);  // 198.18.100.254
+
+    ASSERT_EQ(c.peers.size(), 1u);
+    EXPECT_EQ(c.peers[0].party, "beta");
+    EXPECT_EQ(c.peers[0].party_id, 2);
+    EXPECT_EQ(c.peers[0].address, 0xC6126402u);  // 198.18.100.2
+    EXPECT_EQ(c.peers[0].key, (std::vector<uint8_t>{0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa,
+                                                     0xbb, 0xcc, 0xdd, 0xee, 0xff}));
+}
+
+TEST(Config, TwoPeersAreKeptInFileOrder) {
+    const fedgate::Config c = parse_config(kGood + "\n" + kGammaPeer, "test.toml");
+    ASSERT_EQ(c.peers.size(), 2u);
+    EXPECT_EQ(c.peers[0].party, "beta");
+    EXPECT_EQ(c.peers[1].party, "gamma");
+    EXPECT_EQ(c.peers[1].party_id, 3);
+    EXPECT_EQ(c.peers[1].address, 0xC6126403u);
+    EXPECT_EQ(c.peers[1].key.front(), 0xff);
+    EXPECT_EQ(c.peers[1].key.back(), 0x00);
+}
+
+TEST(Config, MissingOptionalKeysTakeTheNamedDefaults) {
+    const std::string text = R"([gateway]
+party = "alpha"
+party_id = 7
+
+[eal]
+args = []
+
+[[port]]
+name = "inside"
+role = "internal"
+device = "net_tap0"
+address = "198.18.1.1/24"
+
+[[port]]
+name = "outside"
+role = "external"
+device = "net_tap1"
+address = "198.18.100.1/24"
+)";
+    const fedgate::Config c = parse_config(text, "test.toml");
+
+    EXPECT_EQ(c.party_id, 7);
+    EXPECT_EQ(c.socket, "/run/fedgate/fedgated.sock");
+    EXPECT_EQ(c.state_dir, "/var/lib/fedgate");
+    EXPECT_TRUE(c.eal_args.empty());
+    EXPECT_FALSE(c.dataplane.idle_spin);
+    EXPECT_EQ(c.dataplane.idle_sleep_max_us, 200u);
+    EXPECT_EQ(c.dataplane.idle_polls_before_sleep, 256u);
+    EXPECT_EQ(c.dataplane.mbufs, 8191u);
+    EXPECT_EQ(c.dataplane.neighbour_capacity, 4096u);
+    EXPECT_EQ(c.dataplane.neighbour_reachable_s, 30u);
+    EXPECT_EQ(c.dataplane.neighbour_stale_s, 300u);
+    EXPECT_EQ(c.dataplane.arp_probe_interval_ms, 500u);
+    EXPECT_EQ(c.dataplane.arp_probes, 3u);
+    ASSERT_EQ(c.ports.size(), 2u);
+    EXPECT_FALSE(c.ports[0].next_hop.has_value());
+    EXPECT_FALSE(c.ports[1].next_hop.has_value());
+    EXPECT_TRUE(c.peers.empty());
+}
+
+TEST(Config, IdleBackoffMeansNoSpin) {
+    const fedgate::Config c = parse_config(replaced(kGood, "idle = \"spin\"", "idle = \"backoff\""), "test.toml");
+    EXPECT_FALSE(c.dataplane.idle_spin);
+}
+
+// ---- bad files: TOML itself ----
+
+TEST(ConfigErrors, TomlSyntaxErrorNamesItsLine) {
+    const std::string text = replaced(kGood, "party_id = 1\n", "party_id = = 1\n");
+    try {
+        parse_config(text, "test.toml");
+        FAIL() << "parsed without error";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(e.key(), "");
+        EXPECT_EQ(std::string(e.what()).rfind("test.toml:4:", 0), 0u) << e.what();
+    }
+}
+
+TEST(ConfigErrors, TomlSyntaxErrorLaterInTheFileNamesThatLine) {
+    const std::string text = replaced(kGood, "key = \"0011", "key = 0011\"");
+    try {
+        parse_config(text, "test.toml");
+        FAIL() << "parsed without error";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("test.toml:" + std::to_string(line_of(text, "key = 0011")) + ":", 0), 0u)
+            << e.what();
+    }
+}
+
+// ---- bad files: [gateway] ----
+
+TEST(ConfigErrors, MissingGatewayTable) {
+    EXPECT_TRUE(rejects(file_of("", kEal, kDataplane, kInsidePort + kOutsidePort, kBetaPeer), "gateway",
+                        "missing table [gateway] (required)", 0));
+}
+
+TEST(ConfigErrors, GatewayThatIsNotATable) {
+    const std::string text = "gateway = 5\n" + file_of("", kEal, kDataplane, kInsidePort + kOutsidePort, "");
+    EXPECT_TRUE(rejects(text, "gateway", "must be a table [gateway]", 1));
+}
+
+TEST(ConfigErrors, MissingPartyPointsAtTheGatewayHeader) {
+    const std::string text = replaced(kGood, "party = \"alpha\"\n", "");
+    EXPECT_TRUE(rejects(text, "gateway.party", "missing (required)", line_of(text, "[gateway]")));
+}
+
+TEST(ConfigErrors, PartyWithASpaceIsNotAName) {
+    const std::string text = replaced(kGood, "party = \"alpha\"", "party = \"al pha\"");
+    EXPECT_TRUE(rejects(text, "gateway.party", "'al pha' must be 1-32 letters, digits, '-' or '_'",
+                        line_of(text, "al pha")));
+}
+
+TEST(ConfigErrors, PartyIdZeroIsOutOfRange) {
+    const std::string text = replaced(kGood, "party_id = 1\n", "party_id = 0\n");
+    EXPECT_TRUE(rejects(text, "gateway.party_id", "0 is out of range 1..65535", 4));
+}
+
+TEST(ConfigErrors, PartyId70000IsOutOfRange) {
+    const std::string text = replaced(kGood, "party_id = 1\n", "party_id = 70000\n");
+    EXPECT_TRUE(rejects(text, "gateway.party_id", "70000 is out of range 1..65535", 4));
+}
+
+TEST(ConfigErrors, PartyIdAsAStringIsNotAnInteger) {
+    const std::string text = replaced(kGood, "party_id = 1\n", "party_id = \"1\"\n");
+    EXPECT_TRUE(rejects(text, "gateway.party_id", "must be an integer", 4));
+}
+
+TEST(ConfigErrors, RelativeSocketPath) {
+    const std::string text = replaced(kGood, "socket = \"/tmp/fedgate-test/alpha.sock\"", "socket = \"fedgated.sock\"");
+    EXPECT_TRUE(rejects(text, "gateway.socket", "'fedgated.sock' must be an absolute path", 5));
+}
+
+TEST(ConfigErrors, SocketPathTooLongForAUnixSocket) {
+    const std::string path = "/" + std::string(107, 's');
+    const std::string text = replaced(kGood, "socket = \"/tmp/fedgate-test/alpha.sock\"", "socket = \"" + path + "\"");
+    EXPECT_TRUE(rejects(text, "gateway.socket", "path longer than a Unix socket allows (107 bytes)", 5));
+}
+
+TEST(ConfigErrors, RelativeStateDir) {
+    const std::string text = replaced(kGood, "state_dir = \"/tmp/fedgate-test/alpha-state\"", "state_dir = \"state\"");
+    EXPECT_TRUE(rejects(text, "gateway.state_dir", "'state' must be an absolute path", 6));
+}
+
+TEST(ConfigErrors, UnknownKeyAtTopLevel) {
+    const std::string text = replaced(kGood, "# fedgate test configuration\n", "# fedgate test configuration\ncolour = \"blue\"\n");
+    EXPECT_TRUE(rejects(text, "colour", "unknown key", 2));
+}
+
+TEST(ConfigErrors, UnknownKeyInGateway) {
+    const std::string text = replaced(kGood, "party_id = 1\n", "party_id = 1\npartyid = 1\n");
+    EXPECT_TRUE(rejects(text, "gateway.partyid", "unknown key", 5));
+}
+
+// ---- bad files: [eal] ----
+
+TEST(ConfigErrors, MissingEalTable) {
+    EXPECT_TRUE(rejects(file_of(kGateway, "", kDataplane, kInsidePort + kOutsidePort, kBetaPeer), "eal",
+                        "missing table [eal] (required)", 0));
+}
+
+TEST(ConfigErrors, EalArgsAsOneStringIsNotAList) {
+    const std::string text = replaced(kGood, "args = [\"--no-huge\", \"--no-shconf\", \"-l\", \"0-1\"]", "args = \"--no-huge\"");
+    EXPECT_TRUE(rejects(text, "eal.args", "must be a list of strings", line_of(text, "args =")));
+}
+
+TEST(ConfigErrors, EalArgsWithANumberIsNotAListOfStrings) {
+    const std::string text = replaced(kGood, "args = [\"--no-huge\", \"--no-shconf\", \"-l\", \"0-1\"]", "args = [\"-l\", 1]");
+    EXPECT_TRUE(rejects(text, "eal.args", "must be a list of strings", line_of(text, "args =")));
+}
+
+TEST(ConfigErrors, MissingEalArgs) {
+    const std::string text = replaced(kGood, "args = [\"--no-huge\", \"--no-shconf\", \"-l\", \"0-1\"]\n", "");
+    EXPECT_TRUE(rejects(text, "eal.args", "missing (required)", line_of(text, "[eal]")));
+}
+
+// ---- bad files: [dataplane] ----
+
+TEST(ConfigErrors, IdleSleepyIsNeitherBackoffNorSpin) {
+    const std::string text = replaced(kGood, "idle = \"spin\"", "idle = \"sleepy\"");
+    EXPECT_TRUE(rejects(text, "dataplane.idle", "'sleepy' must be \"backoff\" or \"spin\"", line_of(text, "sleepy")));
+}
+
+TEST(ConfigErrors, FiveMbufsIsOutOfRange) {
+    const std::string text = replaced(kGood, "mbufs = 4095", "mbufs = 5");
+    EXPECT_TRUE(rejects(text, "dataplane.mbufs", "5 is out of range 1023..4194304", line_of(text, "mbufs = 5")));
+}
+
+TEST(ConfigErrors, ZeroArpProbesIsOutOfRange) {
+    const std::string text = replaced(kGood, "arp_probes = 5", "arp_probes = 0");
+    EXPECT_TRUE(rejects(text, "dataplane.arp_probes", "0 is out of range 1..100", line_of(text, "arp_probes = 0")));
+}
+
+TEST(ConfigErrors, NeighbourCapacityAboveItsRange) {
+    const std::string text = replaced(kGood, "neighbour_capacity = 128", "neighbour_capacity = 2000000");
+    EXPECT_TRUE(rejects(text, "dataplane.neighbour_capacity", "2000000 is out of range 16..1048576",
+                        line_of(text, "neighbour_capacity")));
+}
+
+TEST(ConfigErrors, StaleTimeBelowReachableTime) {
+    const std::string text = replaced(kGood, "neighbour_stale_s = 600", "neighbour_stale_s = 10");
+    EXPECT_TRUE(rejects(text, "dataplane.neighbour_stale_s", "must not be below neighbour_reachable_s",
+                        line_of(text, "neighbour_stale_s = 10")));
+}
+
+TEST(ConfigErrors, ReachableTimeAboveTheDefaultStaleTime) {
+    // neighbour_stale_s is absent, so the error points at the [dataplane] header.
+    const std::string text = file_of(kGateway, kEal, "[dataplane]\nneighbour_reachable_s = 400\n",
+                                     kInsidePort + kOutsidePort, kBetaPeer);
+    EXPECT_TRUE(rejects(text, "dataplane.neighbour_stale_s", "must not be below neighbour_reachable_s",
+                        line_of(text, "[dataplane]")));
+}
+
+TEST(ConfigErrors, UnknownKeyInDataplane) {
+    const std::string text = replaced(kGood, "mbufs = 4095\n", "mbufs = 4095\nmbuf_cache = 32\n");
+    EXPECT_TRUE(rejects(text, "dataplane.mbuf_cache", "unknown key", line_of(text, "mbuf_cache")));
+}
+
+// ---- bad files: one [[port]] ----
+
+TEST(ConfigErrors, MisspelledOptionalPortKeyIsUnknown) {
+    const std::string text = replaced(kGood, "next_hop = ", "next_hpo = ");
+    EXPECT_TRUE(rejects(text, "port[1].next_hpo", "unknown key", line_of(text, "next_hpo")));
+}
+
+TEST(ConfigErrors, ExtraMisspelledAddressKeyIsUnknown) {
+    const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"\n",
+                                      "address = \"198.18.100.1/24\"\nadress = \"198.18.100.1/24\"\n");
+    EXPECT_TRUE(rejects(text, "port[1].adress", "unknown key", line_of(text, "adress")));
+}
+
+TEST(ConfigErrors, MisspelledAddressLeavesAddressMissing) {
+    // The required key is checked before unknown ones, so the message names the key that is missing.
+    const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"", "adress = \"198.18.100.1/24\"");
+    EXPECT_TRUE(rejects(text, "port[1].address", "missing (required)", line_of(text, "[[port]]", 2)));
+}
+
+TEST(ConfigErrors, UnknownPortRole) {
+    const std::string text = replaced(kGood, "role = \"internal\"", "role = \"dmz\"");
+    EXPECT_TRUE(rejects(text, "port[0].role", "'dmz' must be \"internal\" or \"external\"", line_of(text, "dmz")));
+}
+
+TEST(ConfigErrors, EmptyDevice) {
+    const std::string text = replaced(kGood, "device = \"net_af_packet0,iface=veth-in\"", "device = \"\"");
+    EXPECT_TRUE(rejects(text, "port[0].device",
+                        "must not be empty (a vdev such as net_af_packet0,iface=eth1 or a PCI address)",
+                        line_of(text, "device = \"\"")));
+}
+
+TEST(ConfigErrors, PortNameWithASlash) {
+    const std::string text = replaced(kGood, "name = \"inside\"", "name = \"in/side\"");
+    EXPECT_TRUE(rejects(text, "port[0].name", "'in/side' must be 1-32 letters, digits, '-' or '_'",
+                        line_of(text, "in/side")));
+}
+
+TEST(ConfigErrors, AddressWithoutPrefixLength) {
+    const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"", "address = \"198.18.100.1\"");
+    EXPECT_TRUE(rejects(text, "port[1].address",
+                        "'198.18.100.1' is not an IPv4 address with prefix length, like 198.18.1.1/24",
+                        line_of(text, "\"198.18.100.1\"")));
+}
+
+TEST(ConfigErrors, AddressWithAnOctetAbove255) {
+    const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"", "address = \"198.18.300.1/24\"");
+    EXPECT_TRUE(rejects(text, "port[1].address",
+                        "'198.18.300.1/24' is not an IPv4 address with prefix length, like 198.18.1.1/24",
+                        line_of(text, "198.18.300.1")));
+}
+
+TEST(ConfigErrors, AddressWithPrefixLength33) {
+    const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"", "address = \"198.18.100.1/33\"");
+    EXPECT_TRUE(rejects(text, "port[1].address",
+                        "'198.18.100.1/33' is not an IPv4 address with prefix length, like 198.18.1.1/24",
+                        line_of(text, "/33")));
+}
+
+TEST(ConfigErrors, AddressThatIsTheNetworkAddress) {
+    const std::string text = replaced(kGood, "address = \"198.18.1.1/24\"", "address = \"198.18.1.0/24\"");
+    EXPECT_TRUE(rejects(text, "port[0].address", "'198.18.1.0/24' is the network or broadcast address of its subnet",
+                        line_of(text, "198.18.1.0/24")));
+}
+
+TEST(ConfigErrors, AddressThatIsTheBroadcastAddress) {
+    const std::string text = replaced(kGood, "address = \"198.18.1.1/24\"", "address = \"198.18.1.255/24\"");
+    EXPECT_TRUE(rejects(text, "port[0].address",
+                        "'198.18.1.255/24' is the network or broadcast address of its subnet",
+                        line_of(text, "198.18.1.255/24")));
+}
+
+TEST(ConfigErrors, NextHopOutsideThePortSubnet) {
+    const std::string text = replaced(kGood, "next_hop = \"198.18.100.254\"", "next_hop = \"198.18.101.254\"");
+    EXPECT_TRUE(rejects(text, "port[1].next_hop", "'198.18.101.254' is not inside 198.18.100.1/24",
+                        line_of(text, "next_hop")));
+}
+
+TEST(ConfigErrors, NextHopThatIsThePortsOwnAddress) {
+    const std::string text = replaced(kGood, "next_hop = \"198.18.100.254\"", "next_hop = \"198.18.100.1\"");
+    EXPECT_TRUE(rejects(text, "port[1].next_hop", "'198.18.100.1' is the port's own address", line_of(text, "next_hop")));
+}
+
+TEST(ConfigErrors, NextHopThatIsNotAnAddress) {
+    const std::string text = replaced(kGood, "next_hop = \"198.18.100.254\"", "next_hop = \"gateway\"");
+    EXPECT_TRUE(rejects(text, "port[1].next_hop", "'gateway' is not an IPv4 address", line_of(text, "next_hop")));
+}
+
+// ---- bad files: the ports together ----
+
+TEST(ConfigErrors, DuplicatePortName) {
+    const std::string text = replaced(kGood, "name = \"outside\"", "name = \"inside\"");
+    EXPECT_TRUE(rejects(text, "port[1].name", "'inside' is already the name of port[0]",
+                        line_of(text, "name = \"inside\"", 2)));
+}
+
+TEST(ConfigErrors, DuplicateDevice) {
+    const std::string text =
+        replaced(kGood, "device = \"net_af_packet1,iface=veth-out\"", "device = \"net_af_packet0,iface=veth-in\"");
+    EXPECT_TRUE(rejects(text, "port[1].device", "'net_af_packet0,iface=veth-in' is already used by port 'inside'",
+                        line_of(text, "device = \"net_af_packet0", 2)));
+}
+
+TEST(ConfigErrors, OverlappingSubnets) {
+    const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"", "address = \"198.18.1.2/16\"");
+    EXPECT_TRUE(rejects(text, "port[1].address", "198.18.1.2/16 overlaps 198.18.1.1/24 of port 'inside'",
+                        line_of(text, "198.18.1.2/16")));
+}
+
+TEST(ConfigErrors, NoPortsAtAll) {
+    EXPECT_TRUE(rejects(file_of(kGateway, kEal, kDataplane, "", kBetaPeer), "port",
+                        "at least one [[port]] with role \"internal\" and one with \"external\" are required", 0));
+}
+
+TEST(ConfigErrors, ZeroExternalPorts) {
+    const std::string text = replaced(kGood, "role = \"external\"", "role = \"internal\"");
+    EXPECT_TRUE(rejects(text, "port", "exactly one [[port]] must have role \"external\" (found 0)",
+                        line_of(text, "[[port]]")));
+}
+
+TEST(ConfigErrors, TwoExternalPorts) {
+    const std::string text = replaced(kGood, "role = \"internal\"", "role = \"external\"");
+    EXPECT_TRUE(rejects(text, "port", "exactly one [[port]] must have role \"external\" (found 2)",
+                        line_of(text, "[[port]]")));
+}
+
+TEST(ConfigErrors, NoInternalPort) {
+    const std::string text = file_of(kGateway, kEal, kDataplane, kOutsidePort, kBetaPeer);
+    EXPECT_TRUE(rejects(text, "port", "at least one [[port]] must have role \"internal\"", line_of(text, "[[port]]")));
+}
+
+TEST(ConfigErrors, TwoPortsWithNextHops) {
+    const std::string text = replaced(kGood, "address = \"198.18.1.1/24\"\n",
+                                      "address = \"198.18.1.1/24\"\nnext_hop = \"198.18.1.254\"\n");
+    EXPECT_TRUE(rejects(text, "port", "only one port may have a next_hop (the default route)",
+                        line_of(text, "[[port]]")));
+}
+
+// ---- bad files: [[peer]] ----
+
+TEST(ConfigErrors, PeerWithThisGatewaysPartyId) {
+    const std::string text = replaced(kGood, "party_id = 2", "party_id = 1");
+    EXPECT_TRUE(rejects(text, "peer[0].party_id", "a peer cannot be this gateway's own party",
+                        line_of(text, "party_id = 1", 2)));
+}
+
+TEST(ConfigErrors, PeerWithThisGatewaysPartyName) {
+    const std::string text = replaced(kGood, "party = \"beta\"", "party = \"alpha\"");
+    EXPECT_TRUE(rejects(text, "peer[0].party", "a peer cannot be this gateway's own party",
+                        line_of(text, "party = \"alpha\"", 2)));
+}
+
+TEST(ConfigErrors, SamePeerPartyTwice) {
+    const std::string text = kGood + "\n" + replaced(kGammaPeer, "party = \"gamma\"", "party = \"beta\"");
+    EXPECT_TRUE(rejects(text, "peer[1].party", "'beta' is listed twice", line_of(text, "party = \"beta\"", 2)));
+}
+
+TEST(ConfigErrors, SamePeerPartyIdTwice) {
+    const std::string text = kGood + "\n" + replaced(kGammaPeer, "party_id = 3", "party_id = 2");
+    EXPECT_TRUE(rejects(text, "peer[1].party_id", "2 is listed twice", line_of(text, "party_id = 2", 2)));
+}
+
+TEST(ConfigErrors, SamePeerAddressTwice) {
+    const std::string text = kGood + "\n" + replaced(kGammaPeer, "198.18.100.3", "198.18.100.2");
+    EXPECT_TRUE(rejects(text, "peer[1].address", "198.18.100.2 is listed twice",
+                        line_of(text, "address = \"198.18.100.2\"", 2)));
+}
+
+TEST(ConfigErrors, PeerAddressThatIsNotAnAddress) {
+    const std::string text = replaced(kGood, "address = \"198.18.100.2\"", "address = \"198.18.100.2/24\"");
+    EXPECT_TRUE(rejects(text, "peer[0].address", "'198.18.100.2/24' is not an IPv4 address",
+                        line_of(text, "198.18.100.2/24")));
+}
+
+TEST(ConfigErrors, PeerKeyOfOddLength) {
+    const std::string text = replaced(kGood, "key = \"00112233445566778899aabbccddeeff\"",
+                                      "key = \"00112233445566778899aabbccddeeff0\"");
+    EXPECT_TRUE(rejects(text, "peer[0].key", "must be an even number of hex digits", line_of(text, "key =")));
+}
+
+TEST(ConfigErrors, PeerKeyWithNonHexDigits) {
+    const std::string text = replaced(kGood, "key = \"00112233445566778899aabbccddeeff\"",
+                                      "key = \"00112233445566778899aabbccddeegg\"");
+    EXPECT_TRUE(rejects(text, "peer[0].key", "must be an even number of hex digits", line_of(text, "key =")));
+}
+
+TEST(ConfigErrors, PeerKeyTooShort) {
+    const std::string text =
+        replaced(kGood, "key = \"00112233445566778899aabbccddeeff\"", "key = \"00112233445566778899aabbccddee\"");
+    EXPECT_TRUE(rejects(text, "peer[0].key", "is 15 bytes; at least 16 are needed", line_of(text, "key =")));
+}
+
+TEST(ConfigErrors, MissingPeerKeyPointsAtThePeerHeader) {
+    const std::string text = replaced(kGood, "key = \"00112233445566778899aabbccddeeff\"\n", "");
+    EXPECT_TRUE(rejects(text, "peer[0].key", "missing (required)", line_of(text, "[[peer]]")));
+}
+
+// ---- files on disk ----
+
+TEST(ConfigFile, MissingFileNamesThePath) {
+    const std::string path = "/nonexistent-fedgate-test-dir/fedgated.toml";
+    try {
+        fedgate::load_config_file(path);
+        FAIL() << "loaded a file that does not exist";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(e.file(), path);
+        EXPECT_EQ(std::string(e.what()), path + ": cannot open: No such file or directory");
+    }
+}
+
+// A file in the temporary directory, removed at the end of the test.
+class TempFile {
+public:
+    explicit TempFile(const std::string& contents) {
+        std::string tmpl = (std::filesystem::temp_directory_path() / "fedgate-config-test-XXXXXX").string();
+        const int fd = ::mkstemp(tmpl.data());
+        if (fd < 0) throw std::runtime_error("mkstemp failed");
+        ::close(fd);
+        path_ = tmpl;
+        std::ofstream(path_) << contents;
+    }
+    ~TempFile() { std::remove(path_.c_str()); }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+TEST(ConfigFile, RealFileLoadsAndRemembersItsPath) {
+    const TempFile f(kGood);
+    const fedgate::Config c = fedgate::load_config_file(f.path());
+    EXPECT_EQ(c.source, f.path());
+    EXPECT_EQ(c.party, "alpha");
+    EXPECT_EQ(c.ports.size(), 2u);
+    EXPECT_EQ(c.peers.size(), 1u);
+}
+
+TEST(ConfigFile, ErrorsInARealFileNameThatFile) {
+    const TempFile f(replaced(kGood, "party_id = 1\n", "party_id = 0\n"));
+    try {
+        fedgate::load_config_file(f.path());
+        FAIL() << "loaded a bad file";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(e.file(), f.path());
+        EXPECT_EQ(e.key(), "gateway.party_id");
+        EXPECT_EQ(std::string(e.what()).rfind(f.path() + ":4:", 0), 0u) << e.what();
+    }
+}
+
+// ---- address helpers ----
+
+TEST(Ipv4, ParsesDottedQuadToHostOrder) {
+    EXPECT_EQ(fedgate::parse_ipv4("198.18.1.1"), 0xC6120101u);
+    EXPECT_EQ(fedgate::parse_ipv4("0.0.0.0"), 0u);
+    EXPECT_EQ(fedgate::parse_ipv4("255.255.255.255"), 0xFFFFFFFFu);
+}
+
+TEST(Ipv4, RejectsAnythingButADottedQuad) {
+    for (const char* bad : {"", "198.18.1", "198.18.1.256", "198.18.1.1.1", " 198.18.1.1", "198.18.1.1 ",
+                            "198.18.1.1/24", "a.b.c.d", "01.2.3.4", "::1"})
+        EXPECT_FALSE(fedgate::parse_ipv4(bad).has_value()) << "'" << bad << "'";
+}
+
+TEST(Ipv4, FormatsHostOrderAsDottedQuad) {
+    EXPECT_EQ(fedgate::format_ipv4(0xC6120101u), "198.18.1.1");
+    EXPECT_EQ(fedgate::format_ipv4(0), "0.0.0.0");
+    EXPECT_EQ(fedgate::format_ipv4(0xFFFFFFFFu), "255.255.255.255");
+}
+
+TEST(Ipv4, ParsesCidr) {
+    const auto a = fedgate::parse_cidr("198.18.1.1/24");
+    ASSERT_TRUE(a.has_value());
+    EXPECT_EQ(a->addr, 0xC6120101u);
+    EXPECT_EQ(a->prefix_len, 24);
+    EXPECT_EQ(a->str(), "198.18.1.1/24");
+
+    const auto b = fedgate::parse_cidr("10.0.0.1/32");
+    ASSERT_TRUE(b.has_value());
+    EXPECT_EQ(b->addr, 0x0A000001u);
+    EXPECT_EQ(b->prefix_len, 32);
+
+    const auto c = fedgate::parse_cidr("128.0.0.0/1");
+    ASSERT_TRUE(c.has_value());
+    EXPECT_EQ(c->prefix_len, 1);
+}
+
+TEST(Ipv4, RejectsBadCidr) {
+    for (const char* bad : {"198.18.1.1", "198.18.1.1/", "198.18.1.1/0", "198.18.1.1/33", "198.18.1.1/-1",
+                            "198.18.1.1/2a", "198.18.1.1/100", "198.18.1/24", "198.18.1.300/24", "/24",
+                            "198.18.1.1/24/8", "198.18.1.1/ 8"})
+        EXPECT_FALSE(fedgate::parse_cidr(bad).has_value()) << "'" << bad << "'";
+}
+
+}  // namespace
