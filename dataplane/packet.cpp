@@ -56,9 +56,9 @@ DropReason parse_l4(const uint8_t* data, ParsedPacket& out) {
         out.payload_offset = out.l4_offset + hlen;
         break;
     }
-    default:
+    default:  // a protocol we do not parse: all of it is payload
         out.payload_offset = out.l4_offset;
-        return DropReason::none;
+        break;
     }
     if (out.ip_proto == kIpProtoTcp || out.ip_proto == kIpProtoUdp) {
         std::memcpy(&out.src_port, l4, 2);

@@ -14,7 +14,7 @@ const test::Mac kB{0x02, 0, 0, 0, 0, 0x0b};
 DropReason parse(const std::vector<uint8_t>& b, ParsedPacket& p) {
     // Copy into an exact-size heap buffer so ASan catches any read past the end.
     std::unique_ptr<uint8_t[]> exact(new uint8_t[b.size() ? b.size() : 1]);
-    std::memcpy(exact.get(), b.data(), b.size());
+    if (!b.empty()) std::memcpy(exact.get(), b.data(), b.size());
     return parse_packet(exact.get(), static_cast<uint32_t>(b.size()), p);
 }
 DropReason parse(const std::vector<uint8_t>& b) {
@@ -87,6 +87,15 @@ TEST(PacketParse, VlanAndQinQTagsAreSkippedAndCounted) {
     EXPECT_EQ(p.vlan_count, 2);
     EXPECT_EQ(p.vlan_id_host, 7);
     EXPECT_EQ(p.l3_offset, 22);
+}
+
+TEST(PacketParse, AProtocolWithoutAParserIsAllPayload) {
+    const auto b = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").payload(12).ip_proto(47).build();
+    ParsedPacket p;
+    ASSERT_EQ(parse(b, p), DropReason::none);
+    EXPECT_EQ(p.ip_proto, 47);
+    EXPECT_EQ(p.payload_offset, 34);
+    EXPECT_EQ(p.payload_len, 12);
 }
 
 TEST(PacketParse, UnknownEtherTypeIsLeftToTheCaller) {
