@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -61,11 +60,24 @@ namespace {
 
 uint32_t mask_of(uint8_t len) { return len == 0 ? 0 : ~uint32_t{0} << (32 - len); }
 
-// Reads one table, remembering the dotted path for errors, and refuses keys it was not asked for.
+// Reads one table, remembering the dotted path for errors. Given the table's keys, it refuses any
+// other key at once, so a typo is reported as the typo rather than as the key it misses.
 class TableReader {
 public:
-    TableReader(const std::string& file, const toml::table& t, std::string path)
-        : file_(file), t_(t), path_(std::move(path)) {}
+    TableReader(const std::string& file, const toml::table& t, std::string path,
+                std::initializer_list<const char*> keys = {})
+        : file_(file), t_(t), path_(std::move(path)) {
+        if (keys.size() == 0) return;
+        for (const auto& [k, v] : t_) {
+            const std::string key(k.str());
+            if (std::none_of(keys.begin(), keys.end(), [&](const char* known) { return key == known; })) {
+                std::string known_list;
+                for (const char* known : keys) known_list += (known_list.empty() ? "" : ", ") + std::string(known);
+                throw ConfigError(file_, full(key), "unknown key (known here: " + known_list + ")",
+                                  v.source().begin.line, v.source().begin.column);
+            }
+        }
+    }
 
     [[noreturn]] void fail(const std::string& key, const std::string& what) const {
         const toml::node* n = t_.get(key);
@@ -76,7 +88,6 @@ public:
     std::string full(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
     std::optional<std::string> string(const std::string& key, bool required) {
-        seen_.insert(key);
         const toml::node* n = t_.get(key);
         if (n == nullptr) {
             if (required) fail(key, "missing (required)");
@@ -87,7 +98,6 @@ public:
     }
 
     std::optional<int64_t> integer(const std::string& key, bool required, int64_t min, int64_t max) {
-        seen_.insert(key);
         const toml::node* n = t_.get(key);
         if (n == nullptr) {
             if (required) fail(key, "missing (required)");
@@ -105,7 +115,6 @@ public:
     }
 
     std::vector<std::string> string_list(const std::string& key, bool required) {
-        seen_.insert(key);
         const toml::node* n = t_.get(key);
         std::vector<std::string> out;
         if (n == nullptr) {
@@ -121,21 +130,10 @@ public:
         return out;
     }
 
-    void mark(const std::string& key) { seen_.insert(key); }
-
-    void no_other_keys() const {
-        for (const auto& [k, v] : t_) {
-            if (!seen_.count(std::string(k.str())))
-                throw ConfigError(file_, full(std::string(k.str())), "unknown key", v.source().begin.line,
-                                  v.source().begin.column);
-        }
-    }
-
 private:
     const std::string& file_;
     const toml::table& t_;
     std::string path_;
-    std::set<std::string> seen_;
 };
 
 bool valid_name(const std::string& s) {
@@ -180,7 +178,7 @@ std::vector<const toml::table*> table_array(TableReader& r, const toml::table& r
 }
 
 void read_gateway(const std::string& file, const toml::table& t, Config& c) {
-    TableReader r(file, t, "gateway");
+    TableReader r(file, t, "gateway", {"party", "party_id", "socket", "state_dir"});
     c.party = *r.string("party", true);
     if (!valid_name(c.party)) r.fail("party", "'" + c.party + "' must be 1-32 letters, digits, '-' or '_'");
     c.party_id = static_cast<uint16_t>(*r.integer("party_id", true, 1, 65535));
@@ -190,11 +188,12 @@ void read_gateway(const std::string& file, const toml::table& t, Config& c) {
     if (auto s = r.string("state_dir", false)) c.state_dir = *s;
     if (c.state_dir.empty() || c.state_dir[0] != '/')
         r.fail("state_dir", "'" + c.state_dir + "' must be an absolute path");
-    r.no_other_keys();
 }
 
 void read_dataplane(const std::string& file, const toml::table& t, DataplaneSettings& d) {
-    TableReader r(file, t, "dataplane");
+    TableReader r(file, t, "dataplane",
+                  {"idle", "idle_sleep_max_us", "idle_polls_before_sleep", "mbufs", "neighbour_capacity",
+                   "neighbour_reachable_s", "neighbour_stale_s", "arp_probe_interval_ms", "arp_probes"});
     if (auto idle = r.string("idle", false)) {
         if (*idle == "spin")
             d.idle_spin = true;
@@ -213,11 +212,10 @@ void read_dataplane(const std::string& file, const toml::table& t, DataplaneSett
     r.uint("arp_probes", d.arp_probes, 1, 100);
     if (d.neighbour_stale_s < d.neighbour_reachable_s)
         r.fail("neighbour_stale_s", "must not be below neighbour_reachable_s");
-    r.no_other_keys();
 }
 
 PortConfig read_port(const std::string& file, const toml::table& t, std::size_t i) {
-    TableReader r(file, t, "port[" + std::to_string(i) + "]");
+    TableReader r(file, t, "port[" + std::to_string(i) + "]", {"name", "role", "device", "address", "next_hop"});
     PortConfig p;
     p.name = *r.string("name", true);
     if (!valid_name(p.name)) r.fail("name", "'" + p.name + "' must be 1-32 letters, digits, '-' or '_'");
@@ -244,12 +242,11 @@ PortConfig read_port(const std::string& file, const toml::table& t, std::size_t 
         if (*ip == cidr->addr) r.fail("next_hop", "'" + *nh + "' is the port's own address");
         p.next_hop = *ip;
     }
-    r.no_other_keys();
     return p;
 }
 
 PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t i) {
-    TableReader r(file, t, "peer[" + std::to_string(i) + "]");
+    TableReader r(file, t, "peer[" + std::to_string(i) + "]", {"party", "party_id", "address", "key"});
     PeerConfig p;
     p.party = *r.string("party", true);
     if (!valid_name(p.party)) r.fail("party", "'" + p.party + "' must be 1-32 letters, digits, '-' or '_'");
@@ -259,10 +256,10 @@ PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t 
     if (!ip) r.fail("address", "'" + addr + "' is not an IPv4 address");
     p.address = *ip;
     const std::string key = *r.string("key", true);
+    if (key.empty()) r.fail("key", "must not be empty (hex, at least 16 bytes)");
     p.key = parse_hex(key);
     if (p.key.empty()) r.fail("key", "must be an even number of hex digits");
     if (p.key.size() < 16) r.fail("key", "is " + std::to_string(p.key.size()) + " bytes; at least 16 are needed");
-    r.no_other_keys();
     return p;
 }
 
@@ -316,21 +313,18 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     }
     Config c;
     c.source = source_name;
-    TableReader top(source_name, root, "");
+    TableReader top(source_name, root, "", {"gateway", "eal", "dataplane", "port", "peer"});
     const toml::table empty;
     read_gateway(source_name, sub_table(top, root, "gateway", true, empty), c);
     {
-        TableReader eal(source_name, sub_table(top, root, "eal", true, empty), "eal");
+        TableReader eal(source_name, sub_table(top, root, "eal", true, empty), "eal", {"args"});
         c.eal_args = eal.string_list("args", true);
-        eal.no_other_keys();
     }
     read_dataplane(source_name, sub_table(top, root, "dataplane", false, empty), c.dataplane);
     const auto ports = table_array(top, root, "port");
     for (std::size_t i = 0; i < ports.size(); ++i) c.ports.push_back(read_port(source_name, *ports[i], i));
     const auto peers = table_array(top, root, "peer");
     for (std::size_t i = 0; i < peers.size(); ++i) c.peers.push_back(read_peer(source_name, *peers[i], i));
-    for (const char* k : {"gateway", "eal", "dataplane", "port", "peer"}) top.mark(k);
-    top.no_other_keys();
     check_whole(source_name, root, c);
     return c;
 }

@@ -67,7 +67,7 @@ public:
         for (const Neighbour& e : slots_) n += e.state != Neighbour::State::free && e.port == port;
         return n;
     }
-    uint32_t capacity() const { return static_cast<uint32_t>(slots_.size()); }
+    uint32_t capacity() const { return max_used_; }  // entries it holds at most
     const NeighbourTimers& timers() const { return timers_; }
 
 private:

@@ -306,12 +306,12 @@ TEST(ConfigErrors, RelativeStateDir) {
 
 TEST(ConfigErrors, UnknownKeyAtTopLevel) {
     const std::string text = replaced(kGood, "# fedgate test configuration\n", "# fedgate test configuration\ncolour = \"blue\"\n");
-    EXPECT_TRUE(rejects(text, "colour", "unknown key", 2));
+    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, port, peer)", 2));
 }
 
 TEST(ConfigErrors, UnknownKeyInGateway) {
     const std::string text = replaced(kGood, "party_id = 1\n", "party_id = 1\npartyid = 1\n");
-    EXPECT_TRUE(rejects(text, "gateway.partyid", "unknown key", 5));
+    EXPECT_TRUE(rejects(text, "gateway.partyid", "unknown key (known here: party, party_id, socket, state_dir)", 5));
 }
 
 // ---- bad files: [eal] ----
@@ -375,26 +375,29 @@ TEST(ConfigErrors, ReachableTimeAboveTheDefaultStaleTime) {
 
 TEST(ConfigErrors, UnknownKeyInDataplane) {
     const std::string text = replaced(kGood, "mbufs = 4095\n", "mbufs = 4095\nmbuf_cache = 32\n");
-    EXPECT_TRUE(rejects(text, "dataplane.mbuf_cache", "unknown key", line_of(text, "mbuf_cache")));
+    EXPECT_TRUE(rejects(text, "dataplane.mbuf_cache",
+                        "unknown key (known here: idle, idle_sleep_max_us, idle_polls_before_sleep, mbufs, neighbour_capacity, "
+                        "neighbour_reachable_s, neighbour_stale_s, arp_probe_interval_ms, arp_probes)",
+                        line_of(text, "mbuf_cache")));
 }
 
 // ---- bad files: one [[port]] ----
 
 TEST(ConfigErrors, MisspelledOptionalPortKeyIsUnknown) {
     const std::string text = replaced(kGood, "next_hop = ", "next_hpo = ");
-    EXPECT_TRUE(rejects(text, "port[1].next_hpo", "unknown key", line_of(text, "next_hpo")));
+    EXPECT_TRUE(rejects(text, "port[1].next_hpo", "unknown key (known here: name, role, device, address, next_hop)", line_of(text, "next_hpo")));
 }
 
 TEST(ConfigErrors, ExtraMisspelledAddressKeyIsUnknown) {
     const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"\n",
                                       "address = \"198.18.100.1/24\"\nadress = \"198.18.100.1/24\"\n");
-    EXPECT_TRUE(rejects(text, "port[1].adress", "unknown key", line_of(text, "adress")));
+    EXPECT_TRUE(rejects(text, "port[1].adress", "unknown key (known here: name, role, device, address, next_hop)", line_of(text, "adress")));
 }
 
-TEST(ConfigErrors, MisspelledAddressLeavesAddressMissing) {
-    // The required key is checked before unknown ones, so the message names the key that is missing.
+TEST(ConfigErrors, MisspelledRequiredKeyIsNamedAsTheTypo) {
+    // Unknown keys are checked before required ones, so the message points at the typo itself.
     const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"", "adress = \"198.18.100.1/24\"");
-    EXPECT_TRUE(rejects(text, "port[1].address", "missing (required)", line_of(text, "[[port]]", 2)));
+    EXPECT_TRUE(rejects(text, "port[1].adress", "unknown key (known here: name, role, device, address, next_hop)", line_of(text, "adress")));
 }
 
 TEST(ConfigErrors, UnknownPortRole) {
@@ -567,6 +570,11 @@ TEST(ConfigErrors, PeerKeyTooShort) {
     const std::string text =
         replaced(kGood, "key = \"00112233445566778899aabbccddeeff\"", "key = \"00112233445566778899aabbccddee\"");
     EXPECT_TRUE(rejects(text, "peer[0].key", "is 15 bytes; at least 16 are needed", line_of(text, "key =")));
+}
+
+TEST(ConfigErrors, EmptyPeerKeyIsCalledEmpty) {
+    const std::string text = replaced(kGood, "key = \"00112233445566778899aabbccddeeff\"", "key = \"\"");
+    EXPECT_TRUE(rejects(text, "peer[0].key", "must not be empty (hex, at least 16 bytes)", line_of(text, "key =")));
 }
 
 TEST(ConfigErrors, MissingPeerKeyPointsAtThePeerHeader) {
