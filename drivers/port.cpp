@@ -58,6 +58,12 @@ PortHandle bring_up_port(const PortSetup& s, rte_mempool* pool) {
         if (const int rc = rte_eth_tx_queue_setup(h.port_id, 0, txd, sock, nullptr); rc != 0)
             fail(s, "cannot set up the TX queue", rc);
         if (const int rc = rte_eth_macaddr_get(h.port_id, &h.mac); rc != 0) fail(s, "cannot read the MAC", rc);
+        if (rte_is_zero_ether_addr(&h.mac)) {
+            // Some vdevs (net_ring) have no MAC; a port that answers ARP needs one. Locally
+            // administered and random, as Linux gives a veth.
+            rte_eth_random_addr(h.mac.addr_bytes);
+            rte_eth_dev_default_mac_addr_set(h.port_id, &h.mac);
+        }
         if (const int rc = rte_eth_dev_start(h.port_id); rc != 0) fail(s, "cannot start", rc);
     } catch (...) {
         close_port(h);

@@ -7,7 +7,14 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <filesystem>
@@ -23,9 +30,23 @@ namespace {
 using test::PacketBuilder;
 rte_mempool* g_pool = nullptr;
 
+void bring_loopback_up() {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr{};
+    std::strcpy(ifr.ifr_name, "lo");
+    ASSERT_EQ(::ioctl(fd, SIOCGIFFLAGS, &ifr), 0);
+    ifr.ifr_flags |= IFF_UP;
+    ASSERT_EQ(::ioctl(fd, SIOCSIFFLAGS, &ifr), 0);
+    ::close(fd);
+}
+
 class EalEnvironment : public ::testing::Environment {
 public:
     void SetUp() override {
+        // A network namespace of our own, so the net_tap port's interface never appears on the
+        // host; the kernel removes it when the process exits, however it exits.
+        ASSERT_EQ(::unshare(CLONE_NEWNET), 0) << "unshare(CLONE_NEWNET): " << std::strerror(errno);
+        bring_loopback_up();  // for the net_pcap live-capture case
         const std::string prefix = "fgtest" + std::to_string(::getpid());
         std::vector<std::string> args{"eal_tests", "-l", "0", "--no-huge", "--no-shconf", "-m", "128", "--no-pci",
                                       "--file-prefix", prefix, "--log-level", "lib.eal:error"};
@@ -354,6 +375,31 @@ TEST(DataplanePcap, ArpRequestFromAPcapFileIsAnsweredIntoAPcapFile) {
     EXPECT_EQ(out[0], PacketBuilder().eth(node, gw).arp(2, gw, "198.18.1.1", node, "198.18.1.10").build());
     std::filesystem::remove_all(dir);
 }
+
+// Every kind of vdev comes up, reports a MAC and link, and goes away again through the same path.
+struct VdevCase {
+    const char* devargs;
+    const char* driver;
+};
+class PortBringUpVdev : public ::testing::TestWithParam<VdevCase> {};
+
+TEST_P(PortBringUpVdev, ComesUpWithAMacAndIsDetachedOnClose) {
+    const PortHandle h = bring_up_port(PortSetup{"p", GetParam().devargs}, g_pool);
+    EXPECT_TRUE(h.attached_here);
+    EXPECT_EQ(h.driver, GetParam().driver);
+    EXPECT_FALSE(rte_is_zero_ether_addr(&h.mac));
+    EXPECT_TRUE(rte_eth_dev_is_valid_port(h.port_id));
+    link_state(h.port_id);  // must answer for every driver, whatever it says
+    close_port(h);
+    EXPECT_FALSE(rte_eth_dev_is_valid_port(h.port_id)) << "the port should be gone after close";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVdevKinds, PortBringUpVdev,
+                         ::testing::Values(VdevCase{"net_null_b0,no-rx=1", "net_null"},
+                                           VdevCase{"net_ring_b0", "net_ring"},
+                                           VdevCase{"net_tap_b0,iface=fgtapb0", "net_tap"},
+                                           VdevCase{"net_pcap_b0,iface=lo", "net_pcap"}),
+                         [](const auto& info) { return std::string(info.param.driver); });
 
 TEST(PortBringUp, UnknownDeviceIsRefusedWithTheDeviceNamed) {
     try {

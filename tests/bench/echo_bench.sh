@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# tests/bench/echo_bench.sh — data-plane speed beside the reference, in one run on the same vdevs.
+#
+# Both fedgated and dpdk-testpmd (--forward-mode=icmpecho) answer ICMP echo requests read from
+# net_pcap (infinite_rx=1, a pcap of many requests) on one lcore, with a net_null second port;
+# each runs for the same time and the figure is the ratio of replies per second. Only the EAL
+# layout and the vdevs are shared; nothing crosses a network.
+# usage: echo_bench.sh BUILD_DIR [SECONDS]
+set -euo pipefail
+BUILD=$(realpath "${1:?usage: echo_bench.sh BUILD_DIR [SECONDS]}")
+SECS=${2:-10}
+[[ $SECS =~ ^[0-9]+$ ]] && ((SECS >= 2)) || { echo "echo_bench: SECONDS must be >= 2" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "echo_bench: run as root (EAL)" >&2; exit 1; }
+command -v dpdk-testpmd >/dev/null || { echo "echo_bench: dpdk-testpmd not found (apt-get install dpdk-dev)" >&2; exit 1; }
+
+WORK=$(mktemp -d /tmp/fedgate-bench.XXXXXX)
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$BUILD/tests/fedgate_bench_pcap" "$WORK/echo.pcap" 198.18.1.1 1024
+RX_VDEV="net_pcap0,rx_pcap=$WORK/echo.pcap,infinite_rx=1"
+NULL_VDEV="net_null0,no-rx=1"
+EAL_COMMON=(-l 0,1 --no-huge --no-shconf -m 512 --no-pci --log-level lib.eal:error)
+
+# --- the reference: testpmd answering echo on the same vdevs, forwarding lcore 1 ---
+dpdk-testpmd "${EAL_COMMON[@]}" --file-prefix fgbench-tp --vdev "$RX_VDEV" --vdev "$NULL_VDEV" -- \
+    --forward-mode=icmpecho --port-topology=loop --auto-start --stats-period 1 --total-num-mbufs=16384 \
+    --no-mlockall >"$WORK/testpmd.log" 2>&1 &
+PIDS+=($!)
+sleep "$SECS"
+kill -INT "${PIDS[0]}"
+wait "${PIDS[0]}" || true
+PIDS=()
+# Per-second "Tx-pps:" lines for port 0; drop the first two (warm-up) and average the rest.
+tp_pps=$(awk '/NIC statistics for port 0/ {p=1} /NIC statistics for port 1/ {p=0}
+              p && /Tx-pps:/ {n++; if (n > 2) {s += $4; c++}} END {if (c) printf "%d", s / c; else print 0}' \
+              "$WORK/testpmd.log")
+
+# --- fedgated on the same vdevs, data plane on lcore 1, never sleeping ---
+cat >"$WORK/bench.toml" <<TOML
+[gateway]
+party = "bench"
+party_id = 1
+socket = "$WORK/fedgated.sock"
+state_dir = "$WORK/state"
+[eal]
+args = ["-l", "0,1", "--no-huge", "--no-shconf", "-m", "512", "--no-pci", "--file-prefix", "fgbench-fg", "--log-level", "lib.eal:error"]
+[dataplane]
+idle = "spin"
+mbufs = 16383
+[[port]]
+name = "internal"
+role = "internal"
+device = "$RX_VDEV"
+address = "198.18.1.1/24"
+[[port]]
+name = "external"
+role = "external"
+device = "$NULL_VDEV"
+address = "198.19.0.1/24"
+TOML
+"$BUILD/controlplane/fedgated" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
+PIDS+=($!)
+ctl() { "$BUILD/tools/fedgatectl" --socket "$WORK/fedgated.sock" "$@"; }
+for _ in $(seq 300); do ctl status >/dev/null 2>&1 && break; sleep 0.1; done
+replies() { ctl stats --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["icmp"]["echo_replies_sent"])'; }
+sleep 2  # the same warm-up testpmd's first two periods get
+r0=$(replies); t0=$(date +%s.%N)
+sleep $((SECS - 2))
+r1=$(replies); t1=$(date +%s.%N)
+fg_pps=$(python3 -c "print(int(($r1 - $r0) / ($t1 - $t0)))")
+drops=$(ctl stats --json | python3 -c 'import json,sys; r=json.load(sys.stdin); print(sum(p["drops"] for p in r["ports"]))')
+
+python3 - "$fg_pps" "$tp_pps" "$drops" <<'PY'
+import sys
+fg, tp, drops = (int(x) for x in sys.argv[1:])
+print(f"echo replies/s   fedgated {fg:>12,}   dpdk-testpmd icmpecho {tp:>12,}")
+print(f"ratio fedgated/testpmd: {fg / tp:.2f}" if tp else "ratio: testpmd measured nothing")
+print(f"fedgated drops during the run: {drops}")
+PY
