@@ -94,6 +94,8 @@ int Gateway::run(const std::atomic<bool>& quit) {
         dp_->run(quit);
     } else {
         rte_eal_remote_launch(dataplane_lcore_main, &args, dp_lcore_);
+        // rte_eal_wait_lcore spins; the main lcore has nothing to do until a signal, so it naps.
+        while (!quit.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
         rte_eal_wait_lcore(dp_lcore_);
     }
     FG_LOG(INFO, gateway, "stopping");

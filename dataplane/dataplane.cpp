@@ -2,6 +2,8 @@
 // then the handlers it calls.
 #include "dataplane/dataplane.hpp"
 
+#include "dataplane/checksum.hpp"
+
 #include <rte_arp.h>
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
@@ -233,9 +235,12 @@ void Dataplane::handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& 
     ip->time_to_live = kDefaultTtl;
     ip->hdr_checksum = 0;
     ip->hdr_checksum = rte_ipv4_cksum(ip);
+    // Only the type changes (8 -> 0): adjust the checksum for that one word instead of summing again.
+    uint16_t type_code_old, type_code_new;
+    std::memcpy(&type_code_old, icmp, 2);
     icmp->icmp_type = RTE_IP_ICMP_ECHO_REPLY;
-    icmp->icmp_cksum = 0;
-    icmp->icmp_cksum = static_cast<uint16_t>(~rte_raw_cksum(icmp, p.l4_len));
+    std::memcpy(&type_code_new, icmp, 2);
+    icmp->icmp_cksum = checksum_adjust(icmp->icmp_cksum, type_code_old, type_code_new);
     // Drop Ethernet padding so the reply is exactly as long as its IPv4 packet says.
     rte_pktmbuf_trim(m, rte_pktmbuf_pkt_len(m) - (p.l3_offset + p.l3_len));
     counters_.echo_replies_sent.add();

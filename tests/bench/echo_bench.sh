@@ -37,9 +37,10 @@ sleep "$SECS"
 kill -INT "${PIDS[0]}"
 wait "${PIDS[0]}" || true
 PIDS=()
-# Per-second "Tx-pps:" lines for port 0; drop the first two (warm-up) and average the rest.
-tp_pps=$(awk '/NIC statistics for port 0/ {p=1} /NIC statistics for port 1/ {p=0}
-              p && /Tx-pps:/ {n++; if (n > 2) {s += $4; c++}} END {if (c) printf "%d", s / c; else print 0}' \
+# testpmd prints port 0's cumulative TX-packets once a second: rate = growth over the periods after
+# the first two (warm-up), divided by their count.
+tp_pps=$(awk '/NIC statistics for port 0/ {p=1; next} /^ *#+$/ {p=0}
+              p && /TX-packets:/ {tx[n++] = $2} END {if (n > 3) printf "%d", (tx[n-1] - tx[2]) / (n - 3); else print 0}' \
               "$WORK/testpmd.log")
 
 # --- fedgated on the same vdevs, data plane on lcore 1, never sleeping ---
