@@ -314,11 +314,15 @@ nlohmann::ordered_json Gateway::ping(const nlohmann::ordered_json& req) {
     if (!req.contains("dst") || !req["dst"].is_string()) throw MgmtError("ping: \"dst\" must be an IPv4 address string");
     const auto dst = parse_ipv4(req["dst"].get<std::string>());
     if (!dst) throw MgmtError("ping: dst '" + req["dst"].get<std::string>() + "' is not an IPv4 address");
-    const auto count = req.value("count", 3u);
-    const auto timeout = req.value("timeout_ms", 1000u);
-    if (count < 1 || count > kMaxPingCount) throw MgmtError("ping: count must be 1.." + std::to_string(kMaxPingCount));
-    if (timeout < 1 || timeout > kMaxPingTimeoutMs)
-        throw MgmtError("ping: timeout_ms must be 1.." + std::to_string(kMaxPingTimeoutMs));
+    const auto number = [&](const char* key, uint32_t fallback, uint32_t max) -> uint32_t {
+        if (!req.contains(key)) return fallback;
+        const auto& v = req[key];
+        if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > max)
+            throw MgmtError(std::string("ping: \"") + key + "\" must be an integer 1.." + std::to_string(max));
+        return v.get<uint32_t>();
+    };
+    const uint32_t count = number("count", 3, kMaxPingCount);
+    const uint32_t timeout = number("timeout_ms", 1000, kMaxPingTimeoutMs);
     const PingResult r = pinger_->ping(rte_cpu_to_be_32(*dst), count, std::chrono::milliseconds(timeout));
     nlohmann::ordered_json rtts = nlohmann::ordered_json::array();
     for (const auto& rtt : r.rtt_ms) rtts.push_back(rtt ? nlohmann::ordered_json(*rtt) : nlohmann::ordered_json(nullptr));

@@ -18,11 +18,11 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include "dataplane/dataplane.hpp"
 #include "drivers/port.hpp"
 #include "tests/support/packet_builder.hpp"
+#include "tests/support/pcap_file.hpp"
 
 namespace fedgate {
 namespace {
@@ -329,36 +329,11 @@ TEST_F(DataplaneTest, MalformedInjectedPacketIsDroppedNotSent) {
 }
 
 // A pcap file in, a pcap file out: the net_pcap vdev comes up through rte_dev_probe like any other.
-void write_pcap(const std::string& path, const std::vector<std::vector<uint8_t>>& frames) {
-    std::ofstream f(path, std::ios::binary);
-    const uint32_t hdr[] = {0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1};
-    f.write(reinterpret_cast<const char*>(hdr), 24);
-    for (const auto& fr : frames) {
-        const uint32_t rec[] = {0, 0, static_cast<uint32_t>(fr.size()), static_cast<uint32_t>(fr.size())};
-        f.write(reinterpret_cast<const char*>(rec), 16);
-        f.write(reinterpret_cast<const char*>(fr.data()), static_cast<std::streamsize>(fr.size()));
-    }
-}
-
-std::vector<std::vector<uint8_t>> read_pcap(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    std::vector<std::vector<uint8_t>> out;
-    char hdr[24];
-    if (!f.read(hdr, 24)) return out;
-    uint32_t rec[4];
-    while (f.read(reinterpret_cast<char*>(rec), 16)) {
-        std::vector<uint8_t> fr(rec[2]);
-        f.read(reinterpret_cast<char*>(fr.data()), rec[2]);
-        out.push_back(fr);
-    }
-    return out;
-}
-
 TEST(DataplanePcap, ArpRequestFromAPcapFileIsAnsweredIntoAPcapFile) {
     const auto dir = std::filesystem::temp_directory_path() / ("fgpcap" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     const test::Mac node{0x02, 0, 0, 0, 1, 0x0a};
-    write_pcap(dir / "in.pcap", {PacketBuilder().eth(test::kBroadcast, node).arp(1, node, "198.18.1.10", {}, "198.18.1.1").build()});
+    test::write_pcap(dir / "in.pcap", {PacketBuilder().eth(test::kBroadcast, node).arp(1, node, "198.18.1.10", {}, "198.18.1.1").build()});
     const std::string dev = "net_pcap_t0,rx_pcap=" + (dir / "in.pcap").string() + ",tx_pcap=" + (dir / "out.pcap").string();
     PortHandle h = bring_up_port(PortSetup{"pcap", dev}, g_pool);
     {
@@ -369,7 +344,7 @@ TEST(DataplanePcap, ArpRequestFromAPcapFileIsAnsweredIntoAPcapFile) {
         EXPECT_EQ(dp.port_counters(0).tx_packets.get(), 1u);
     }
     close_port(h);  // flushes and closes the output file
-    const auto out = read_pcap(dir / "out.pcap");
+    const auto out = test::read_pcap(dir / "out.pcap");
     ASSERT_EQ(out.size(), 1u);
     const test::Mac gw = mac_of(h.mac);
     EXPECT_EQ(out[0], PacketBuilder().eth(node, gw).arp(2, gw, "198.18.1.1", node, "198.18.1.10").build());
