@@ -2,6 +2,8 @@
 // each error names the file, line, key and what is wrong.
 #include "controlplane/config.hpp"
 
+#include "controlplane/mapping.hpp"
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -52,6 +54,40 @@ std::optional<Ipv4Cidr> parse_cidr(const std::string& s) {
     const int n = std::stoi(len);
     if (n < 1 || n > 32) return std::nullopt;
     return Ipv4Cidr{*ip, static_cast<uint8_t>(n)};
+}
+
+bool valid_name(const std::string& s) {
+    return !s.empty() && s.size() <= 32 && std::all_of(s.begin(), s.end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+           });
+}
+
+std::optional<uint16_t> parse_port(const std::string& s) {
+    if (s.empty() || s.size() > 5 || !std::all_of(s.begin(), s.end(), ::isdigit)) return std::nullopt;
+    const int v = std::stoi(s);
+    if (v < 1 || v > 65535) return std::nullopt;
+    return static_cast<uint16_t>(v);
+}
+
+std::optional<std::pair<uint32_t, uint16_t>> parse_endpoint(const std::string& s) {
+    const auto colon = s.rfind(':');
+    if (colon == std::string::npos) return std::nullopt;
+    const auto ip = parse_ipv4(s.substr(0, colon));
+    const auto port = parse_port(s.substr(colon + 1));
+    if (!ip || !port) return std::nullopt;
+    return std::make_pair(*ip, *port);
+}
+
+const PeerConfig* Config::peer(const std::string& party) const {
+    for (const PeerConfig& p : peers)
+        if (p.party == party) return &p;
+    return nullptr;
+}
+
+const PortConfig* Config::port(PortRoleCfg role) const {
+    for (const PortConfig& p : ports)
+        if (p.role == role) return &p;
+    return nullptr;
 }
 
 std::string Ipv4Cidr::str() const { return format_ipv4(addr) + "/" + std::to_string(prefix_len); }
@@ -135,11 +171,6 @@ private:
     const toml::table& t_;
     std::string path_;
 };
-
-bool valid_name(const std::string& s) {
-    return !s.empty() && s.size() <= 32 &&
-           std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; });
-}
 
 std::vector<uint8_t> parse_hex(const std::string& s) {
     std::vector<uint8_t> out;
@@ -263,6 +294,94 @@ PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t 
     return p;
 }
 
+void read_nat(const std::string& file, const toml::table& t, NatSettings& n) {
+    TableReader r(file, t, "nat", {"port_range", "max_sessions", "tcp_established_s", "tcp_transitory_s", "udp_s"});
+    if (auto range = r.string("port_range", false)) {
+        const auto dash = range->find('-');
+        const auto lo = dash == std::string::npos ? std::nullopt : parse_port(range->substr(0, dash));
+        const auto hi = dash == std::string::npos ? std::nullopt : parse_port(range->substr(dash + 1));
+        if (!lo || !hi || *lo > *hi || *hi - *lo < 1023 || *lo < 1024)
+            r.fail("port_range", "'" + *range + "' must be LO-HI within 1024-65535, at least 1024 ports");
+        n.port_lo = *lo;
+        n.port_hi = *hi;
+    }
+    r.uint("max_sessions", n.max_sessions, 1024, 16 << 20);
+    r.uint("tcp_established_s", n.tcp_established_s, 60, 86'400 * 7);
+    r.uint("tcp_transitory_s", n.tcp_transitory_s, 1, 86'400);
+    r.uint("udp_s", n.udp_s, 1, 86'400);
+}
+
+Proto read_proto(TableReader& r) {
+    const std::string p = *r.string("proto", true);
+    if (p == "tcp") return Proto::tcp;
+    if (p == "udp") return Proto::udp;
+    r.fail("proto", "'" + p + "' must be \"tcp\" or \"udp\"");
+}
+
+// Checks one mapping against the config; a refusal is reported at the key it names.
+template <typename M>
+void check_at(TableReader& r, const M& m, const Config& c) {
+    try {
+        check_mapping(m, c);
+    } catch (const MapError& e) {
+        r.fail(e.field(), std::string(e.what()).substr(e.field().size() + 2));
+    }
+}
+
+ImportMapping read_import(const std::string& file, const toml::table& t, std::size_t i, const Config& c) {
+    TableReader r(file, t, "import[" + std::to_string(i) + "]", {"cluster", "proto", "port", "peer", "peer_port", "allow"});
+    ImportMapping m;
+    m.cluster = *r.string("cluster", true);
+    m.proto = read_proto(r);
+    m.port = static_cast<uint16_t>(*r.integer("port", true, 1, 65535));
+    m.peer = *r.string("peer", true);
+    m.peer_port = static_cast<uint16_t>(*r.integer("peer_port", true, 1, 65535));
+    for (const std::string& a : r.string_list("allow", false)) {
+        const auto cidr = parse_cidr(a);
+        if (!cidr) r.fail("allow", "'" + a + "' is not an IPv4 prefix like 198.18.1.0/24");
+        m.allow.push_back(Ipv4Cidr{cidr->addr & mask_of(cidr->prefix_len), cidr->prefix_len});
+    }
+    check_at(r, m, c);
+    return m;
+}
+
+ExportMapping read_export(const std::string& file, const toml::table& t, std::size_t i, const Config& c) {
+    TableReader r(file, t, "export[" + std::to_string(i) + "]", {"cluster", "proto", "port", "node", "allow_parties"});
+    ExportMapping m;
+    m.cluster = *r.string("cluster", true);
+    m.proto = read_proto(r);
+    m.port = static_cast<uint16_t>(*r.integer("port", true, 1, 65535));
+    const std::string node = *r.string("node", true);
+    const auto ep = parse_endpoint(node);
+    if (!ep) r.fail("node", "'" + node + "' is not IP:PORT, like 198.18.2.10:8080");
+    m.node = ep->first;
+    m.node_port = ep->second;
+    m.allow_parties = r.string_list("allow_parties", false);
+    check_at(r, m, c);
+    return m;
+}
+
+void read_mappings(const std::string& file, TableReader& top, const toml::table& root, Config& c) {
+    const auto imports = table_array(top, root, "import");
+    for (std::size_t i = 0; i < imports.size(); ++i) {
+        c.imports.push_back(read_import(file, *imports[i], i, c));
+        for (std::size_t j = 0; j < i; ++j)
+            if (c.imports[j].proto == c.imports[i].proto && c.imports[j].port == c.imports[i].port)
+                TableReader(file, *imports[i], "import[" + std::to_string(i) + "]")
+                    .fail("port", std::string(proto_name(c.imports[i].proto)) + "/" + std::to_string(c.imports[i].port) +
+                                      " is already mapped by import[" + std::to_string(j) + "]");
+    }
+    const auto exports = table_array(top, root, "export");
+    for (std::size_t i = 0; i < exports.size(); ++i) {
+        c.exports.push_back(read_export(file, *exports[i], i, c));
+        for (std::size_t j = 0; j < i; ++j)
+            if (c.exports[j].proto == c.exports[i].proto && c.exports[j].port == c.exports[i].port)
+                TableReader(file, *exports[i], "export[" + std::to_string(i) + "]")
+                    .fail("port", std::string(proto_name(c.exports[i].proto)) + "/" + std::to_string(c.exports[i].port) +
+                                      " is already mapped by export[" + std::to_string(j) + "]");
+    }
+}
+
 void check_whole(const std::string& file, const toml::table& root, Config& c) {
     TableReader r(file, root, "");
     const auto port_tables = table_array(r, root, "port");
@@ -313,7 +432,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     }
     Config c;
     c.source = source_name;
-    TableReader top(source_name, root, "", {"gateway", "eal", "dataplane", "port", "peer"});
+    TableReader top(source_name, root, "", {"gateway", "eal", "dataplane", "nat", "port", "peer", "import", "export"});
     const toml::table empty;
     read_gateway(source_name, sub_table(top, root, "gateway", true, empty), c);
     {
@@ -325,7 +444,9 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     for (std::size_t i = 0; i < ports.size(); ++i) c.ports.push_back(read_port(source_name, *ports[i], i));
     const auto peers = table_array(top, root, "peer");
     for (std::size_t i = 0; i < peers.size(); ++i) c.peers.push_back(read_peer(source_name, *peers[i], i));
+    read_nat(source_name, sub_table(top, root, "nat", false, empty), c.nat);
     check_whole(source_name, root, c);
+    read_mappings(source_name, top, root, c);  // after the ports and peers they refer to are checked
     return c;
 }
 

@@ -44,6 +44,51 @@ struct PeerConfig {
     std::vector<uint8_t> key;
 };
 
+enum class Proto : uint8_t { tcp = 0, udp = 1 };  // same numbering as the data plane's L4Proto
+const char* proto_name(Proto p);
+
+// Where a mapping came from: the config file, fedgatectl at run time, or made by the gateway itself.
+enum class MapSource : uint8_t { config, cli, automatic };
+const char* source_name(MapSource s);
+
+// Import (on this party's gateway): internal-address:port -> peer party's external address:peer_port.
+struct ImportMapping {
+    std::string cluster;
+    Proto proto = Proto::tcp;
+    uint16_t port = 0;
+    std::string peer;
+    uint16_t peer_port = 0;
+    std::vector<Ipv4Cidr> allow;  // local source prefixes; empty: any node
+    MapSource source = MapSource::config;
+};
+
+// Export: external-address:port -> node:node_port, for the listed peer parties (empty: every peer).
+struct ExportMapping {
+    std::string cluster;
+    Proto proto = Proto::tcp;
+    uint16_t port = 0;
+    uint32_t node = 0;  // host byte order
+    uint16_t node_port = 0;
+    std::vector<std::string> allow_parties;
+    MapSource source = MapSource::config;
+};
+
+inline constexpr uint16_t kDefaultNatPortLo = 20000;
+inline constexpr uint16_t kDefaultNatPortHi = 59999;
+inline constexpr uint32_t kDefaultMaxSessions = 262144;
+inline constexpr uint32_t kDefaultTcpEstablishedS = 7440;  // RFC 5382: 2 h 4 min
+inline constexpr uint32_t kDefaultTcpTransitoryS = 240;    // SYN only, or after FIN/RST
+inline constexpr uint32_t kDefaultUdpS = 300;
+
+struct NatSettings {
+    uint16_t port_lo = kDefaultNatPortLo;  // the gateway allocates session ports from [lo, hi];
+    uint16_t port_hi = kDefaultNatPortHi;  // mapped ports must lie outside it
+    uint32_t max_sessions = kDefaultMaxSessions;
+    uint32_t tcp_established_s = kDefaultTcpEstablishedS;
+    uint32_t tcp_transitory_s = kDefaultTcpTransitoryS;
+    uint32_t udp_s = kDefaultUdpS;
+};
+
 struct DataplaneSettings {
     bool idle_spin = false;
     uint32_t idle_sleep_max_us = kDefaultIdleSleepMaxUs;
@@ -66,6 +111,12 @@ struct Config {
     DataplaneSettings dataplane;
     std::vector<PortConfig> ports;
     std::vector<PeerConfig> peers;
+    NatSettings nat;
+    std::vector<ImportMapping> imports;
+    std::vector<ExportMapping> exports;
+
+    const PeerConfig* peer(const std::string& party) const;
+    const PortConfig* port(PortRoleCfg role) const;  // the first port with that role
 };
 
 // "FILE:LINE:COL: KEY: WHAT" — everything a person needs to find and fix the line.
@@ -87,5 +138,9 @@ Config parse_config(const std::string& text, const std::string& source_name);
 std::optional<uint32_t> parse_ipv4(const std::string& s);  // host byte order
 std::optional<Ipv4Cidr> parse_cidr(const std::string& s);
 std::string format_ipv4(uint32_t host_order);
+// "IP:PORT" -> (host-order address, port); nullopt on anything else.
+std::optional<std::pair<uint32_t, uint16_t>> parse_endpoint(const std::string& s);
+std::optional<uint16_t> parse_port(const std::string& s);
+bool valid_name(const std::string& s);  // party, port and cluster names: 1-32 of [A-Za-z0-9_-]
 
 }  // namespace fedgate

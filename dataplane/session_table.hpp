@@ -1,0 +1,121 @@
+// NAT sessions of one data-plane lcore: a pool of sessions, each indexed under both directions' flow
+// keys (as the packets arrive), with idle expiry by an incremental sweep. Single writer (the lcore);
+// allocation only at construction; no EAL needed (unit tests use it directly).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace fedgate {
+
+// A flow as a packet arrives: addresses and ports in network byte order. 16 bytes, no padding bits
+// left undefined (pad is zero), so it hashes and compares as raw bytes.
+struct FlowKey {
+    uint32_t src = 0, dst = 0;
+    uint16_t sport = 0, dport = 0;
+    uint8_t proto = 0;
+    uint8_t pad[3] = {0, 0, 0};
+
+    bool operator==(const FlowKey& o) const {
+        return src == o.src && dst == o.dst && sport == o.sport && dport == o.dport && proto == o.proto;
+    }
+};
+static_assert(sizeof(FlowKey) == 16);
+
+// What to do to a packet of one direction, fixed when the session is made (VPP NAT44-ED style): the
+// new addresses and ports, where it goes, and the checksum deltas, so the fast path is a lookup and
+// a few stores.
+struct NatRewrite {
+    uint32_t src = 0, dst = 0;      // network order
+    uint16_t sport = 0, dport = 0;  // network order
+    uint32_t next_hop = 0;          // network order
+    uint16_t out_port = 0;          // the gateway's port index
+    uint16_t l3_delta = 0;          // one's-complement sum to add to the IPv4 header checksum
+    uint16_t l4_delta = 0;          // ... to the TCP/UDP checksum (pseudo-header and ports)
+};
+
+struct Session {
+    FlowKey key[2];      // [0]: the direction that opened it; [1]: the replies
+    NatRewrite rw[2];    // applied to packets matching key[0] / key[1]
+    uint64_t last_seen_ms = 0;
+    uint32_t timeout_ms = 0;  // idle timeout now in force (by protocol and TCP state)
+    uint16_t alloc_port = 0;  // the port this session took from a pool (network order), 0 if none
+    uint8_t alloc_pool = 0;   // which pool it came from (the NAT's own numbering)
+    uint8_t kind = 0;         // the NAT's own tag (import or export)
+    uint8_t tcp_fin = 0;      // bit d: FIN seen from direction d
+    bool tcp_rst = false;
+    bool in_use = false;
+};
+
+class SessionTable {
+public:
+    struct Hit {
+        Session* session = nullptr;  // null: no session has this key
+        uint8_t dir = 0;             // which of the session's keys matched
+    };
+
+    explicit SessionTable(uint32_t max_sessions);
+
+    Hit find(const FlowKey& k);
+    // Makes a session indexed under both keys, with in_use set and everything else zeroed, or
+    // returns null when the table is full or either key is already indexed (nothing changes then).
+    Session* insert(const FlowKey& forward, const FlowKey& reverse);
+    void erase(Session* s);
+
+    // Looks at up to `budget` sessions from where the last sweep stopped, wrapping around; each
+    // whose last_seen_ms + timeout_ms <= now_ms is passed to on_expire(Session&) and then erased.
+    // Returns how many expired.
+    template <typename OnExpire>
+    uint32_t sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_expire);
+
+    // Visits sessions in pool order from index `from`, until visit returns false or the pool ends.
+    // Returns the index to continue from (capacity() when done).
+    template <typename Visit>
+    uint32_t visit(uint32_t from, Visit&& visit) const;
+
+    uint32_t size() const { return used_; }
+    uint32_t capacity() const { return static_cast<uint32_t>(pool_.size()); }
+
+private:
+    struct Slot {
+        uint32_t hash = 0;
+        uint32_t ref = kEmpty;  // session index << 1 | direction
+    };
+    static constexpr uint32_t kEmpty = UINT32_MAX;
+
+    static uint32_t hash_of(const FlowKey& k);
+    bool index(const FlowKey& k, uint32_t ref);
+    void unindex(const FlowKey& k);
+
+    std::vector<Session> pool_;
+    std::vector<uint32_t> free_;  // stack of free pool indices
+    std::vector<Slot> slots_;     // open addressing, linear probing, backward-shift deletion
+    uint32_t mask_ = 0;
+    uint32_t used_ = 0;
+    uint32_t cursor_ = 0;         // where the next sweep starts
+};
+
+template <typename OnExpire>
+uint32_t SessionTable::sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_expire) {
+    uint32_t expired = 0;
+    const uint32_t n = capacity();
+    for (uint32_t i = 0; i < budget && i < n; ++i) {
+        Session& s = pool_[cursor_];
+        cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1;
+        if (s.in_use && s.last_seen_ms + s.timeout_ms <= now_ms) {
+            on_expire(s);
+            erase(&s);
+            ++expired;
+        }
+    }
+    return expired;
+}
+
+template <typename Visit>
+uint32_t SessionTable::visit(uint32_t from, Visit&& visit) const {
+    for (uint32_t i = from; i < capacity(); ++i)
+        if (pool_[i].in_use && !visit(pool_[i])) return i + 1;
+    return capacity();
+}
+
+}  // namespace fedgate
