@@ -262,6 +262,7 @@ PortConfig read_port(const std::string& file, const toml::table& t, std::size_t 
     const std::string addr = *r.string("address", true);
     const auto cidr = parse_cidr(addr);
     if (!cidr) r.fail("address", "'" + addr + "' is not an IPv4 address with prefix length, like 198.18.1.1/24");
+    if (cidr->prefix_len > 31) r.fail("address", "'" + addr + "' leaves the port no neighbours: use a prefix of /31 or shorter");
     const uint32_t m = mask_of(cidr->prefix_len);
     if (cidr->prefix_len < 31 && ((cidr->addr & ~m) == 0 || (cidr->addr & ~m) == ~m))
         r.fail("address", "'" + addr + "' is the network or broadcast address of its subnet");
@@ -295,7 +296,8 @@ PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t 
 }
 
 void read_nat(const std::string& file, const toml::table& t, NatSettings& n) {
-    TableReader r(file, t, "nat", {"port_range", "max_sessions", "tcp_established_s", "tcp_transitory_s", "udp_s"});
+    TableReader r(file, t, "nat",
+                  {"port_range", "max_sessions", "tcp_established_s", "tcp_transitory_s", "tcp_closing_s", "udp_s"});
     if (auto range = r.string("port_range", false)) {
         const auto dash = range->find('-');
         const auto lo = dash == std::string::npos ? std::nullopt : parse_port(range->substr(0, dash));
@@ -309,6 +311,7 @@ void read_nat(const std::string& file, const toml::table& t, NatSettings& n) {
     r.uint("tcp_established_s", n.tcp_established_s, 60, 86'400 * 7);
     r.uint("tcp_transitory_s", n.tcp_transitory_s, 1, 86'400);
     r.uint("udp_s", n.udp_s, 1, 86'400);
+    r.uint("tcp_closing_s", n.tcp_closing_s, 1, 86'400);
 }
 
 Proto read_proto(TableReader& r) {
@@ -396,7 +399,9 @@ void check_whole(const std::string& file, const toml::table& root, Config& c) {
         for (std::size_t j = 0; j < i; ++j) {
             const PortConfig& q = c.ports[j];
             if (q.name == p.name) fail_at("name", i, "'" + p.name + "' is already the name of port[" + std::to_string(j) + "]");
-            if (q.device == p.device) fail_at("device", i, "'" + p.device + "' is already used by port '" + q.name + "'");
+            // Devices are told apart by name ("net_tap0" in "net_tap0,iface=x"), not by their arguments.
+            if (q.device.substr(0, q.device.find(',')) == p.device.substr(0, p.device.find(',')))
+                fail_at("device", i, "'" + p.device + "' names the same device as port '" + q.name + "'");
             const uint32_t m = mask_of(std::min(p.address.prefix_len, q.address.prefix_len));
             if (((p.address.addr ^ q.address.addr) & m) == 0)
                 fail_at("address", i, p.address.str() + " overlaps " + q.address.str() + " of port '" + q.name + "'");

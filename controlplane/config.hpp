@@ -79,6 +79,7 @@ inline constexpr uint32_t kDefaultMaxSessions = 262144;
 inline constexpr uint32_t kDefaultTcpEstablishedS = 7440;  // RFC 5382: 2 h 4 min
 inline constexpr uint32_t kDefaultTcpTransitoryS = 240;    // SYN only, or after FIN/RST
 inline constexpr uint32_t kDefaultUdpS = 300;
+inline constexpr uint32_t kDefaultTcpClosingS = 10;          // after FIN both ways, or RST
 
 struct NatSettings {
     uint16_t port_lo = kDefaultNatPortLo;  // the gateway allocates session ports from [lo, hi];
@@ -87,6 +88,7 @@ struct NatSettings {
     uint32_t tcp_established_s = kDefaultTcpEstablishedS;
     uint32_t tcp_transitory_s = kDefaultTcpTransitoryS;
     uint32_t udp_s = kDefaultUdpS;
+    uint32_t tcp_closing_s = kDefaultTcpClosingS;
 };
 
 struct DataplaneSettings {

@@ -10,9 +10,11 @@
 #include <rte_launch.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_rcu_qsbr.h>
 #include <rte_ring.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <pthread.h>
 #include <sched.h>
@@ -22,11 +24,16 @@
 #include "controlplane/log.hpp"
 #include "controlplane/mgmt_server.hpp"
 #include "controlplane/pinger.hpp"
+#include "controlplane/portmap_table.hpp"
 
 namespace fedgate {
 namespace {
 
 constexpr unsigned kRingSize = 1024;
+constexpr unsigned kRequestRingSize = 64;
+constexpr uint32_t kDataplaneThreads = 1;  // RCU readers: the data-plane lcores
+constexpr uint32_t kMaxSessionList = 100'000;
+constexpr auto kRequestTimeout = std::chrono::seconds(5);
 constexpr unsigned kMempoolCache = 256;
 constexpr uint32_t kMaxPingCount = 100;
 constexpr uint32_t kMaxPingTimeoutMs = 60'000;
@@ -138,7 +145,8 @@ void Gateway::start() {
                                  " mbufs (dataplane.mbufs; EAL memory -m): " + rte_strerror(rte_errno));
     punt_ = rte_ring_create("fg_punt", kRingSize, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
     inject_ = rte_ring_create("fg_inject", kRingSize, socket, RING_F_SC_DEQ);
-    if (punt_ == nullptr || inject_ == nullptr)
+    requests_ = rte_ring_create("fg_requests", kRequestRingSize, socket, RING_F_SC_DEQ);
+    if (punt_ == nullptr || inject_ == nullptr || requests_ == nullptr)
         throw std::runtime_error(std::string("cannot create the control rings: ") + rte_strerror(rte_errno));
 
     for (const PortConfig& pc : cfg_.ports) {
@@ -161,7 +169,30 @@ void Gateway::start() {
     dc.neighbour = NeighbourTimers{s.neighbour_reachable_s * 1000, s.neighbour_stale_s * 1000,
                                    s.arp_probe_interval_ms, s.arp_probes};
     dc.neighbour_capacity = s.neighbour_capacity;
-    dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_});
+    const NatSettings& n = cfg_.nat;
+    dc.nat = NatConfig{n.max_sessions, n.port_lo, n.port_hi,
+                       NatTimeouts{n.tcp_established_s * 1000, n.tcp_transitory_s * 1000, n.udp_s * 1000,
+                                   n.tcp_closing_s * 1000}};
+
+    // Port maps: the view the lcore reads, the RCU variable it reports to, and the table that
+    // publishes config and run-time mappings into the view.
+    const std::size_t rcu_size = rte_rcu_qsbr_get_memsize(kDataplaneThreads);
+    rcu_ = static_cast<rte_rcu_qsbr*>(std::aligned_alloc(RTE_CACHE_LINE_SIZE, RTE_ALIGN_CEIL(rcu_size, RTE_CACHE_LINE_SIZE)));
+    if (rcu_ == nullptr || rte_rcu_qsbr_init(rcu_, kDataplaneThreads) != 0)
+        throw std::runtime_error("cannot set up RCU for the port maps");
+    maps_ = std::make_unique<PortMapView>();
+    table_ = std::make_unique<PortMapTable>(cfg_, *maps_, rcu_, cfg_.state_dir + "/mappings.json");
+    std::vector<std::string> warnings;
+    try {
+        table_->load(&warnings);
+    } catch (const MapError& e) {
+        throw std::runtime_error(std::string("port maps: ") + e.what());
+    }
+    for (const std::string& w : warnings) FG_LOG(WARNING, gateway, "%s", w.c_str());
+    FG_LOG(INFO, gateway, "port maps: %zu import, %zu export", table_->import_count(), table_->export_count());
+
+    dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_},
+                                      DpShared{maps_.get(), rcu_, 0});
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
     mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::ordered_json& r) { return handle(r); },
                                          control_arena());
@@ -169,18 +200,24 @@ void Gateway::start() {
 
 void Gateway::stop() {
     stop_control_.store(true);
+    if (pinger_) pinger_->cancel();  // a ping in flight must not hold up the shutdown
     if (mgmt_) mgmt_->stop();
     mgmt_.reset();
     if (punt_thread_.joinable()) punt_thread_.join();
     dp_.reset();
     pinger_.reset();
+    table_.reset();  // the data plane is gone: rules can be freed without a grace period
+    maps_.reset();
+    std::free(rcu_);
+    rcu_ = nullptr;
     for (rte_ring* r : {punt_, inject_}) {
         if (r == nullptr) continue;
         void* m;
         while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
         rte_ring_free(r);
     }
-    punt_ = inject_ = nullptr;
+    rte_ring_free(requests_);  // requests left in it belong to callers that timed out; they leak by design
+    punt_ = inject_ = requests_ = nullptr;
     for (const PortHandle& p : ports_) close_port(p);
     ports_.clear();
     if (pool_ != nullptr) rte_mempool_free(pool_);
@@ -217,7 +254,9 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     if (cmd == "status") return status();
     if (cmd == "stats") return stats();
     if (cmd == "ping") return ping(req);
-    throw MgmtError("unknown cmd '" + cmd + "' (status, stats, ping)");
+    if (cmd == "map_add" || cmd == "map_del" || cmd == "map_list") return table_->handle(req);
+    if (cmd == "session_list") return session_list(req);
+    throw MgmtError("unknown cmd '" + cmd + "' (status, stats, ping, map_add, map_del, map_list, session_list)");
 }
 
 nlohmann::ordered_json Gateway::status() const {
@@ -290,6 +329,7 @@ nlohmann::ordered_json Gateway::stats() const {
     nlohmann::ordered_json drops = nlohmann::ordered_json::object();
     for (std::size_t r = 0; r < kDropReasonCount; ++r) drops[std::string(kDropReasonNames[r])] = totals[r];
     const LcoreCounters& l = dp_->counters();
+    const NatCounters& nat = dp_->nat_counters();
     return {
         {"ports", ports},
         {"drops_by_reason", drops},
@@ -306,14 +346,77 @@ nlohmann::ordered_json Gateway::stats() const {
           {"failed", l.neigh_failed.get()},
           {"unresolved_drops", totals[static_cast<std::size_t>(DropReason::neighbour_unresolved)]}}},
         {"loop", {{"polls", l.polls.get()}, {"busy_polls", l.busy_polls.get()}, {"idle_sleeps", l.idle_sleeps.get()}}},
+        {"nat",
+         {{"sessions", dp_->session_count()},
+          {"created", nat.sessions_created.get()},
+          {"expired", nat.sessions_expired.get()},
+          {"refused_full", nat.sessions_refused_full.get()},
+          {"port_alloc_miss", nat.port_alloc_miss.get()},
+          {"translated", nat.translated.get()},
+          {"max_sessions", cfg_.nat.max_sessions}}},
+        {"maps", {{"imports", table_->import_count()}, {"exports", table_->export_count()}}},
         {"control", {{"punted", l.punted.get()}, {"injected", l.injected.get()}, {"unmatched_echo_replies", pinger_->unmatched_replies()}}},
     };
+}
+
+nlohmann::ordered_json Gateway::session_list(const nlohmann::ordered_json& req) {
+    uint32_t limit = 1000;
+    if (req.contains("limit")) {
+        const auto& v = req["limit"];
+        if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > kMaxSessionList)
+            throw MgmtError("limit: must be an integer 1.." + std::to_string(kMaxSessionList));
+        limit = v.get<uint32_t>();
+    }
+    // Only the lcore may read its sessions: ask it, and wait for the answer.
+    auto* r = new DpRequest;
+    r->kind = DpRequest::Kind::session_dump;
+    r->limit = limit;
+    r->sessions.reserve(limit);
+    if (rte_ring_mp_enqueue(requests_, r) != 0) {
+        delete r;
+        throw MgmtError("the data plane's request ring is full; try again");
+    }
+    const auto deadline = std::chrono::steady_clock::now() + kRequestTimeout;
+    while (!r->done.load(std::memory_order_acquire)) {
+        // The lcore may still answer later: the request is left to it (a bounded leak) rather
+        // than freed under its feet.
+        if (std::chrono::steady_clock::now() > deadline) throw MgmtError("the data plane did not answer in time");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::unique_ptr<DpRequest> owned(r);
+    const auto endpoint = [](uint32_t addr, uint16_t port) {
+        return format_ipv4(rte_be_to_cpu_32(addr)) + ":" + std::to_string(rte_be_to_cpu_16(port));
+    };
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const Session& s : r->sessions) {
+        const bool tcp = s.key[0].proto == IPPROTO_TCP;
+        const char* state = !tcp                                  ? "active"
+                            : s.tcp_rst || s.tcp_fin == 3        ? "closing"
+                            : s.tcp_fin != 0                     ? "half-closed"
+                            : s.replied                          ? "established"
+                                                                 : "opening";
+        list.push_back({
+            {"kind", s.kind == 0 ? "import" : "export"},
+            {"proto", tcp ? "tcp" : "udp"},
+            {"state", state},
+            {"in", {{"src", endpoint(s.key[0].src, s.key[0].sport)}, {"dst", endpoint(s.key[0].dst, s.key[0].dport)}}},
+            {"out", {{"src", endpoint(s.rw[0].src, s.rw[0].sport)}, {"dst", endpoint(s.rw[0].dst, s.rw[0].dport)}}},
+            {"idle_s", static_cast<double>(r->now_ms - std::min(r->now_ms, s.last_seen_ms)) / 1000.0},
+            {"timeout_s", s.timeout_ms / 1000},
+        });
+    }
+    return {{"sessions", list}, {"total", r->total}, {"truncated", r->total > list.size()}};
 }
 
 nlohmann::ordered_json Gateway::ping(const nlohmann::ordered_json& req) {
     if (!req.contains("dst") || !req["dst"].is_string()) throw MgmtError("ping: \"dst\" must be an IPv4 address string");
     const auto dst = parse_ipv4(req["dst"].get<std::string>());
     if (!dst) throw MgmtError("ping: dst '" + req["dst"].get<std::string>() + "' is not an IPv4 address");
+    if (*dst == 0 || *dst == UINT32_MAX || (*dst >> 28) == 0xe)
+        throw MgmtError("ping: dst " + format_ipv4(*dst) + " is not a unicast address");
+    for (const PortConfig& p : cfg_.ports)
+        if (p.address.addr == *dst)
+            throw MgmtError("ping: dst " + format_ipv4(*dst) + " is this gateway's own address (port " + p.name + ")");
     const auto number = [&](const char* key, uint32_t fallback, uint32_t max) -> uint32_t {
         if (!req.contains(key)) return fallback;
         const auto& v = req[key];

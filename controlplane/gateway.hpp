@@ -19,11 +19,13 @@
 
 struct rte_mempool;
 struct rte_ring;
+struct rte_rcu_qsbr;
 
 namespace fedgate {
 
 class MgmtServer;
 class Pinger;
+class PortMapTable;
 
 class Gateway {
 public:
@@ -47,6 +49,7 @@ private:
     nlohmann::ordered_json status() const;
     nlohmann::ordered_json stats() const;
     nlohmann::ordered_json ping(const nlohmann::ordered_json& request);
+    nlohmann::ordered_json session_list(const nlohmann::ordered_json& request);
 
     Config cfg_;
     std::chrono::steady_clock::time_point started_;
@@ -54,6 +57,10 @@ private:
     rte_mempool* pool_ = nullptr;
     rte_ring* punt_ = nullptr;
     rte_ring* inject_ = nullptr;
+    rte_ring* requests_ = nullptr;
+    rte_rcu_qsbr* rcu_ = nullptr;
+    std::unique_ptr<PortMapView> maps_;
+    std::unique_ptr<PortMapTable> table_;
     std::vector<PortHandle> ports_;
     std::vector<DpPortConfig> dp_ports_;
     std::unique_ptr<Dataplane> dp_;

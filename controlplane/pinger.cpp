@@ -63,7 +63,7 @@ PingResult Pinger::ping(uint32_t dst, uint32_t count, std::chrono::milliseconds 
             throw std::runtime_error("the data plane's inject ring is full");
         }
         ++r.sent;
-        cv_.wait_for(lk, timeout, [&] { return waiting_[key].answered.has_value(); });
+        cv_.wait_for(lk, timeout, [&] { return cancelled_ || waiting_[key].answered.has_value(); });
         const Waiter w = waiting_[key];
         waiting_.erase(key);
         if (w.answered) {
@@ -72,6 +72,7 @@ PingResult Pinger::ping(uint32_t dst, uint32_t count, std::chrono::milliseconds 
         } else {
             r.rtt_ms.push_back(std::nullopt);
         }
+        if (cancelled_) break;
     }
     return r;
 }
@@ -85,6 +86,12 @@ void Pinger::on_echo_reply(uint32_t src, uint16_t ident, uint16_t seq) {
         return;
     }
     it->second.answered = now;
+    cv_.notify_all();
+}
+
+void Pinger::cancel() {
+    std::lock_guard lk(mu_);
+    cancelled_ = true;
     cv_.notify_all();
 }
 

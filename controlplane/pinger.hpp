@@ -38,6 +38,8 @@ public:
     // From the punt dispatcher: an echo reply arrived (fields in network order).
     void on_echo_reply(uint32_t src, uint16_t ident, uint16_t seq);
     uint64_t unmatched_replies() const;
+    // Ends every ping in progress (they report what they have) and refuses new ones: for shutdown.
+    void cancel();
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -59,6 +61,7 @@ private:
     std::map<Key, Waiter> waiting_;
     uint16_t next_ident_ = 0;
     uint64_t unmatched_ = 0;
+    bool cancelled_ = false;
 };
 
 }  // namespace fedgate

@@ -15,4 +15,31 @@ constexpr uint16_t checksum_adjust(uint16_t checksum, uint16_t old_word, uint16_
     return static_cast<uint16_t>(~sum);
 }
 
+// One's-complement accumulation of word changes, folded to 16 bits: the delta for checksum_add.
+class ChecksumDelta {
+public:
+    void change(uint16_t old_word, uint16_t new_word) { sum_ += static_cast<uint16_t>(~old_word) + uint32_t{new_word}; }
+    void change32(uint32_t old_value, uint32_t new_value) {  // both 16-bit halves, in memory order
+        change(static_cast<uint16_t>(old_value), static_cast<uint16_t>(new_value));
+        change(static_cast<uint16_t>(old_value >> 16), static_cast<uint16_t>(new_value >> 16));
+    }
+    void add(uint16_t delta) { sum_ += delta; }
+    uint16_t folded() const {
+        uint32_t s = sum_;
+        while (s >> 16) s = (s & 0xffff) + (s >> 16);
+        return static_cast<uint16_t>(s);
+    }
+
+private:
+    uint32_t sum_ = 0;
+};
+
+// Applies a folded delta to a stored checksum.
+constexpr uint16_t checksum_add(uint16_t checksum, uint16_t delta) {
+    uint32_t sum = static_cast<uint16_t>(~checksum) + uint32_t{delta};
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(~sum);
+}
+
 }  // namespace fedgate

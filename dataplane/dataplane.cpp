@@ -11,7 +11,10 @@
 #include <rte_ip.h>
 #include <rte_mbuf.h>
 #include <rte_prefetch.h>
+#include <rte_rcu_qsbr.h>
 #include <rte_ring.h>
+
+#include <algorithm>
 
 #include <cstring>
 
@@ -40,12 +43,24 @@ T* at(rte_mbuf* m, uint32_t off) { return rte_pktmbuf_mtod_offset(m, T*, off); }
 
 }  // namespace
 
+std::vector<NatPort> Dataplane::nat_ports(const std::vector<DpPortConfig>& ports) {
+    std::vector<NatPort> out;
+    for (const DpPortConfig& p : ports) out.push_back(NatPort{p.role == PortRole::external, p.addr});
+    return out;
+}
+
+int Dataplane::route_for_nat(const void* self, uint32_t dst, uint32_t* next_hop) {
+    return route(static_cast<const Dataplane*>(self)->port_cfgs_, dst, next_hop);
+}
+
 Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>& ports, rte_mempool* pool,
-                     DpRings rings)
+                     DpRings rings, DpShared shared)
     : ports_(std::make_unique<Port[]>(ports.size())),
       nports_(ports.size()),
       port_cfgs_(ports),
       neigh_(cfg.neighbour_capacity, cfg.neighbour),
+      nat_(cfg.nat, nat_ports(ports), shared.maps != nullptr ? shared.maps : &empty_maps_, route_for_nat, this),
+      shared_(shared),
       pool_(pool),
       rings_(rings),
       idle_(cfg.idle),
@@ -60,7 +75,7 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
 Dataplane::~Dataplane() {
     flush();
     // Packets still waiting for a neighbour go back to the pool.
-    neigh_.tick(UINT64_MAX, [](Neighbour&) {}, [](Neighbour& n, bool) { rte_pktmbuf_free(n.held); });
+    neigh_.clear([](Neighbour& n) { rte_pktmbuf_free(n.held); });
 }
 
 uint64_t Dataplane::now_ms() const { return rte_get_tsc_cycles() / tsc_per_ms_; }
@@ -70,14 +85,29 @@ uint64_t Dataplane::now_ms() const { return rte_get_tsc_cycles() / tsc_per_ms_; 
 
 void Dataplane::run(const std::atomic<bool>& quit) {
     IdleBackoff idle(idle_);
+    rte_rcu_qsbr* rcu = shared_.rcu;
+    const unsigned me = shared_.rcu_thread;
+    if (rcu != nullptr) {
+        rte_rcu_qsbr_thread_register(rcu, me);
+        rte_rcu_qsbr_thread_online(rcu, me);
+    }
     while (!quit.load(std::memory_order_relaxed)) {
         const uint32_t handled = poll_once();
+        // Nothing from the maps is held across polls: this is a quiescent state.
+        if (rcu != nullptr) rte_rcu_qsbr_quiescent(rcu, me);
         if (const uint32_t us = idle.after_poll(handled); us != 0) {
             counters_.idle_sleeps.add();
+            // Offline while asleep, so a control thread waiting for a grace period does not wait on us.
+            if (rcu != nullptr) rte_rcu_qsbr_thread_offline(rcu, me);
             rte_delay_us_sleep(us);
+            if (rcu != nullptr) rte_rcu_qsbr_thread_online(rcu, me);
         }
     }
     flush();
+    if (rcu != nullptr) {
+        rte_rcu_qsbr_thread_offline(rcu, me);
+        rte_rcu_qsbr_thread_unregister(rcu, me);
+    }
 }
 
 uint32_t Dataplane::poll_once() {
@@ -101,6 +131,12 @@ uint32_t Dataplane::poll_once() {
         for (unsigned j = 0; j < n; ++j) handle_inject(pkts[j]);
         counters_.injected.add(n);
         handled += n;
+    }
+
+    if (rings_.requests != nullptr) {
+        void* reqs[4];
+        const unsigned n = rte_ring_sc_dequeue_burst(rings_.requests, reqs, 4, nullptr);
+        for (unsigned j = 0; j < n; ++j) answer(*static_cast<DpRequest*>(reqs[j]));
     }
 
     if (now_ms_ >= next_tick_ms_) {
@@ -128,6 +164,9 @@ void Dataplane::handle(rte_mbuf* m, uint16_t in) {
     const auto* eth = at<rte_ether_hdr>(m, 0);
     if (!rte_is_same_ether_addr(&eth->dst_addr, &port.cfg.mac) && !rte_is_broadcast_ether_addr(&eth->dst_addr))
         return drop(m, in, DropReason::l2_not_for_us);
+    // Replies go back to the source MAC: never let one go to a group address.
+    if (!rte_is_unicast_ether_addr(&eth->src_addr) || rte_is_zero_ether_addr(&eth->src_addr))
+        return drop(m, in, DropReason::l2_bad_source);
     if (p.vlan_count != 0) return drop(m, in, DropReason::vlan_unsupported);
 
     switch (p.ether_type_host) {
@@ -193,16 +232,25 @@ bool Dataplane::owns_address(uint32_t ip) const {
 void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
     const Port& port = ports_[in];
     const uint32_t src_host = rte_be_to_cpu_32(p.src_ip);
+    const bool subnet_broadcast = port.cfg.prefix_len < 31 && ((p.src_ip ^ port.cfg.addr) & port.mask) == 0 &&
+                                  (p.src_ip | port.mask) == UINT32_MAX;
     if (src_host == 0 || src_host == UINT32_MAX || (src_host >> 28) == 0xe || owns_address(p.src_ip) ||
-        (p.src_ip | port.mask) == UINT32_MAX)  // subnet broadcast of the receiving port
+        subnet_broadcast)
         return drop(m, in, DropReason::ipv4_bad_source);
     if (p.fragment) return drop(m, in, DropReason::ipv4_fragment);
+
+    // The port-map proxy: packets of a session, or opening one through an import/export rule.
+    if (p.ip_proto == kIpProtoTcp || p.ip_proto == kIpProtoUdp) {
+        const Nat::Verdict v = nat_.handle(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p, in, now_ms_);
+        if (v.kind == Nat::Verdict::Kind::forward) return send_ipv4(m, v.out_port, v.next_hop);
+        if (v.kind == Nat::Verdict::Kind::drop) return drop(m, in, v.reason);
+    }
 
     // Weak host model for the gateway's own addresses: a node may ping the external address too.
     if (owns_address(p.dst_ip)) {
         switch (p.ip_proto) {
         case kIpProtoIcmp: return handle_local_icmp(m, in, p);
-        // Port-map export mappings and the resolution service attach here (TCP/UDP to our addresses).
+        // The resolution service attaches here (TCP/UDP to our addresses that no mapping serves).
         case kIpProtoTcp:
         case kIpProtoUdp: return drop(m, in, DropReason::l4_unhandled);
         default: return drop(m, in, DropReason::ipv4_proto_unhandled);
@@ -351,6 +399,22 @@ void Dataplane::flush() {
     }
 }
 
+void Dataplane::answer(DpRequest& r) {
+    switch (r.kind) {
+    case DpRequest::Kind::session_dump:
+        r.sessions.clear();
+        nat_.sessions().visit(0, [&](const Session& s) {
+            if (r.sessions.size() >= r.limit || r.sessions.size() == r.sessions.capacity()) return false;
+            r.sessions.push_back(s);
+            return true;
+        });
+        r.total = nat_.session_count();
+        break;
+    }
+    r.now_ms = now_ms_;
+    r.done.store(true, std::memory_order_release);
+}
+
 void Dataplane::drop(rte_mbuf* m, uint16_t port, DropReason r) {
     ports_[port].counters.drop(r);
     rte_pktmbuf_free(m);
@@ -364,6 +428,9 @@ void Dataplane::tick(uint64_t now) {
             if (n.held != nullptr) drop(n.held, n.port, DropReason::neighbour_unresolved);
             n.held = nullptr;
         });
+    // Sweep the whole session table about once a second.
+    nat_.expire(now, std::max<uint32_t>(64, nat_.sessions().capacity() / (1000 / kTickMs)));
+    sessions_gauge_.store(nat_.session_count(), std::memory_order_relaxed);
     neigh_entries_.store(neigh_.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < nports_; ++i)
         ports_[i].neigh_entries.store(neigh_.count_port(static_cast<uint16_t>(i)), std::memory_order_relaxed);

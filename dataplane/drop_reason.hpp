@@ -13,6 +13,7 @@ namespace fedgate {
     X(vlan_truncated, "VLAN tag cut short")                                              \
     X(vlan_unsupported, "VLAN-tagged frame on an untagged port")                         \
     X(l2_not_for_us, "destination MAC is neither the port's nor broadcast")              \
+    X(l2_bad_source, "source MAC is multicast, broadcast or zero")                       \
     X(ethertype_unsupported, "EtherType the gateway does not handle (IPv6, LLDP, ...)")  \
     X(arp_malformed, "ARP that is not Ethernet/IPv4 or is cut short")                    \
     X(arp_unsupported_op, "ARP operation other than request or reply")                   \
@@ -35,6 +36,12 @@ namespace fedgate {
     X(tcp_truncated, "TCP header cut short")                                             \
     X(tcp_bad_header, "TCP data offset below 20 bytes or past the payload")              \
     X(l4_unhandled, "TCP/UDP to a gateway address on a port nothing serves")             \
+    X(ttl_expired, "TTL ran out on a packet the gateway would forward")                  \
+    X(map_source_denied, "source not in the import mapping's allowed prefixes")          \
+    X(map_peer_denied, "sender is not a peer the export mapping allows")                 \
+    X(tcp_no_session, "TCP segment other than a SYN, with no session")                    \
+    X(session_table_full, "new session refused: session table full")                     \
+    X(nat_ports_exhausted, "new session refused: no free NAT port")                      \
     X(no_route, "no port reaches the destination")                                       \
     X(neighbour_unresolved, "next hop unresolved: ARP unanswered or hold slot taken")    \
     X(neighbour_table_full, "neighbour table full")                                      \

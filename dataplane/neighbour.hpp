@@ -61,6 +61,14 @@ public:
     template <typename Probe, typename Expire>
     void tick(uint64_t now_ms, Probe&& probe, Expire&& expire);
 
+    // Empties the table, handing every entry to fn first (to free what it holds).
+    template <typename Fn>
+    void clear(Fn&& fn) {
+        for (Neighbour& n : slots_)
+            if (n.state != Neighbour::State::free) fn(n), n = Neighbour{};
+        used_ = 0;
+    }
+
     uint32_t size() const { return used_; }
     uint32_t count_port(uint16_t port) const {
         uint32_t n = 0;

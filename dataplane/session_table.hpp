@@ -44,6 +44,7 @@ struct Session {
     uint8_t kind = 0;         // the NAT's own tag (import or export)
     uint8_t tcp_fin = 0;      // bit d: FIN seen from direction d
     bool tcp_rst = false;
+    bool replied = false;     // a packet has come back (direction 1): the flow is established
     bool in_use = false;
 };
 

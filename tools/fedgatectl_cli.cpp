@@ -5,9 +5,11 @@
 #include <array>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -63,7 +65,7 @@ struct Command {
     std::string_view operands;         // positional arguments: "ADDR"
     std::string_view option_synopsis;  // "[--count N] [--timeout-ms MS]"
     std::string_view summary;          // one line in the command list
-    std::string_view example;          // a full command line
+    std::string_view example;          // full command lines, one per line
     // Adds the command's options; positional operands are declared in `hidden` and `positional`.
     void (*options)(po::options_description& visible, po::options_description& hidden,
                     po::positional_options_description& positional);
@@ -71,10 +73,23 @@ struct Command {
 };
 
 void ping_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void map_add_import_options(po::options_description&, po::options_description&,
+                            po::positional_options_description&);
+void map_add_export_options(po::options_description&, po::options_description&,
+                            po::positional_options_description&);
+void map_del_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void map_list_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void session_list_options(po::options_description&, po::options_description&,
+                          po::positional_options_description&);
 void help_options(po::options_description&, po::options_description&, po::positional_options_description&);
 int run_status(const Invocation&);
 int run_stats(const Invocation&);
 int run_ping(const Invocation&);
+int run_map_add_import(const Invocation&);
+int run_map_add_export(const Invocation&);
+int run_map_del(const Invocation&);
+int run_map_list(const Invocation&);
+int run_session_list(const Invocation&);
 int run_help(const Invocation&);
 
 constexpr std::array kCommands{
@@ -85,8 +100,42 @@ constexpr std::array kCommands{
     Command{"ping", "ADDR", "[--count N] [--timeout-ms MS]",
             "send ICMP echo requests to ADDR from the gateway's data plane",
             "fedgatectl ping 198.19.0.2 --count 5", ping_options, run_ping},
+    Command{"map add import", "",
+            "--cluster C --proto tcp|udp --port P --peer PARTY --peer-port Q [--allow CIDR]...",
+            "map local port P to peer party PARTY's exported port Q",
+            "fedgatectl map add import --cluster c1 --proto tcp --port 8080 --peer beta --peer-port 9000 "
+            "--allow 198.18.1.0/24",
+            map_add_import_options, run_map_add_import},
+    Command{"map add export", "", "--cluster C --proto tcp|udp --port Q --node IP:PORT [--allow-party PARTY]...",
+            "deliver external port Q to a local node, from the listed peer parties only",
+            "fedgatectl map add export --cluster c1 --proto tcp --port 9000 --node 198.18.2.10:80 "
+            "--allow-party alpha",
+            map_add_export_options, run_map_add_export},
+    Command{"map del", "[import|export]", "(--proto tcp|udp --port P | --cluster C)",
+            "delete one mapping by kind, protocol and port, or a cluster's mappings (of one kind if given)",
+            "fedgatectl map del import --proto tcp --port 8080\nfedgatectl map del --cluster c1 export",
+            map_del_options, run_map_del},
+    Command{"map list", "", "[--cluster C]", "list import and export mappings, of every cluster or of one",
+            "fedgatectl map list\nfedgatectl map list --cluster c1 --json", map_list_options, run_map_list},
+    Command{"session list", "", "[--limit N]", "list the data plane's NAT sessions",
+            "fedgatectl session list --limit 50", session_list_options, run_session_list},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgatectl help ping",
             help_options, run_help},
+};
+
+// Words that start several commands; `help WORD` and `WORD --help` explain the group.
+struct Group {
+    std::string_view name;
+    std::string_view about;
+};
+
+constexpr std::array kGroups{
+    Group{"map",
+          "The port-map tables. An import mapping sends what local nodes send to the gateway's internal\n"
+          "address:P to a peer party's exported port Q; an export mapping delivers what allowed peer\n"
+          "parties send to the gateway's external address:Q to a local node. A cluster ID groups\n"
+          "mappings. Changes are saved in the state directory before they are acknowledged."},
+    Group{"session", "The NAT sessions that mapped traffic has opened in the data plane."},
 };
 
 // ---- text helpers ----------------------------------------------------------------------------
@@ -276,6 +325,17 @@ po::options_description global_options() {
     return d;
 }
 
+std::vector<std::string> example_lines(const Command& c) {
+    std::vector<std::string> out;
+    std::string_view rest = c.example;
+    while (!rest.empty()) {
+        const size_t nl = rest.find('\n');
+        out.emplace_back(rest.substr(0, nl));
+        rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
+    }
+    return out;
+}
+
 std::string usage_line(const Command& c) {
     std::string s = "usage: fedgatectl [--socket PATH] [--json] " + std::string(c.name);
     if (!c.operands.empty())
@@ -314,7 +374,8 @@ void print_help(std::ostream& out) {
     print_socket_default(out);
     out << "\nexamples:\n";
     for (const auto& c : kCommands)
-        out << "  " << c.example << "\n";
+        for (const auto& e : example_lines(c))
+            out << "  " << e << "\n";
     out << "\n'fedgatectl help COMMAND' shows a command's options.\n"
         << "Exit status: 0 success; 1 fedgated unreachable or refused the request (ping: no reply);\n"
         << "2 bad command line (nothing was sent).\n";
@@ -335,17 +396,52 @@ void print_command_usage(std::ostream& out, const Command& c) {
         out << "\n" << visible;
 }
 
-void print_command_help(std::ostream& out, const Command& c) {
+// `with_globals` false leaves the global options out, for a group that prints them once at the end.
+void print_command_help(std::ostream& out, const Command& c, bool with_globals = true) {
     out << usage_line(c) << "\n\n" << c.summary << "\n";
     // One description holding both groups so boost aligns their columns alike.
     po::options_description both;
     auto visible = visible_options(c);
     if (!visible.options().empty())
         both.add(visible);
-    both.add(global_options());
-    out << both;
+    if (with_globals)
+        both.add(global_options());
+    if (!both.options().empty())
+        out << both;
+    if (with_globals)
+        print_socket_default(out);
+    const auto examples = example_lines(c);
+    out << "\n" << (examples.size() == 1 ? "example:" : "examples:") << "\n";
+    for (const auto& e : examples)
+        out << "  " << e << "\n";
+}
+
+// Help for `topic`: one command (exact name), or every command whose name starts with the words of
+// `topic`, under the group's description, with the global options once at the end. False when no
+// command matches.
+bool print_topic_help(std::ostream& out, const std::string& topic) {
+    for (const auto& c : kCommands)
+        if (c.name == topic) {
+            print_command_help(out, c);
+            return true;
+        }
+    std::vector<const Command*> matches;
+    for (const auto& c : kCommands)
+        if (std::string_view(c.name).starts_with(topic + " "))
+            matches.push_back(&c);
+    if (matches.empty())
+        return false;
+    for (const auto& g : kGroups)
+        if (g.name == topic)
+            out << g.about << "\n\n";
+    for (size_t i = 0; i < matches.size(); ++i) {
+        if (i > 0)
+            out << "\n";
+        print_command_help(out, *matches[i], false);
+    }
+    out << "\n" << global_options();
     print_socket_default(out);
-    out << "\nexample:\n  " << c.example << "\n";
+    return true;
 }
 
 int usage_error(std::ostream& err, const std::string& what, const Command* c) {
@@ -621,6 +717,363 @@ int run_ping(const Invocation& inv) {
     return received > 0 ? 0 : 1;
 }
 
+// ---- map and session -------------------------------------------------------------------------
+
+constexpr int kPortMin = 1;
+constexpr int kPortMax = 65535;
+constexpr int kSessionLimitMin = 1;
+constexpr int kSessionLimitMax = 100'000;
+constexpr const char* kSessionLimitDefault = "1000";
+constexpr size_t kNameMax = 32;
+
+// Numbers are read as strings and checked here so that every bad value gets the same one-line
+// message naming the option: digits only (no sign, spaces, hex or fraction), within lo..hi.
+std::optional<int> parse_int(const std::string& s, int lo, int hi) {
+    if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::nullopt;
+    const int v = std::stoi(s);
+    if (v < lo || v > hi)
+        return std::nullopt;
+    return v;
+}
+
+// Cluster and party names: 1-32 of [A-Za-z0-9_-].
+bool valid_name(const std::string& s) {
+    return !s.empty() && s.size() <= kNameMax && std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    });
+}
+
+std::optional<uint32_t> parse_ipv4(const std::string& s) {  // host order; dotted quad only
+    in_addr a{};
+    if (::inet_pton(AF_INET, s.c_str(), &a) != 1)
+        return std::nullopt;
+    return ntohl(a.s_addr);
+}
+
+std::string ipv4_text(uint32_t host_order) {
+    const in_addr a{htonl(host_order)};
+    char buf[INET_ADDRSTRLEN];
+    return ::inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+}
+
+// The named option's value, or nothing when it was not given.
+std::optional<std::string> opt(const Invocation& inv, const char* name) {
+    if (!inv.vm.count(name))
+        return std::nullopt;
+    return inv.vm[name].as<std::string>();
+}
+
+std::vector<std::string> opt_list(const Invocation& inv, const char* name) {
+    if (!inv.vm.count(name))
+        return {};
+    return inv.vm[name].as<std::vector<std::string>>();
+}
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// Each check takes the command's name for the message and the option's value; a missing
+// mandatory option is "CMD: missing --OPTION (...)".
+std::string need(const Invocation& inv, std::string_view cmd, const char* name, std::string_view what) {
+    auto v = opt(inv, name);
+    if (!v)
+        throw UsageError(std::string(cmd) + ": missing --" + name + " (" + std::string(what) + ")");
+    return *v;
+}
+
+std::string check_proto(std::string_view cmd, const std::string& v) {
+    if (v != "tcp" && v != "udp")
+        throw UsageError(std::string(cmd) + ": --proto must be tcp or udp, got " + quoted(v));
+    return v;
+}
+
+int check_port(std::string_view cmd, const char* option, const std::string& v) {
+    auto port = parse_int(v, kPortMin, kPortMax);
+    if (!port)
+        throw UsageError(std::string(cmd) + ": --" + option + " must be an integer 1..65535, got " + quoted(v));
+    return *port;
+}
+
+std::string check_name(std::string_view cmd, const char* option, const std::string& v) {
+    if (!valid_name(v))
+        throw UsageError(std::string(cmd) + ": --" + option +
+                         " must be 1-32 characters of A-Z a-z 0-9 _ -, got " + quoted(v));
+    return v;
+}
+
+// A.B.C.D/N with N in 1..32 and no host bits set.
+std::string check_cidr(std::string_view cmd, const std::string& v) {
+    const size_t slash = v.find('/');
+    const auto addr = slash == std::string::npos ? std::nullopt : parse_ipv4(v.substr(0, slash));
+    const auto len = slash == std::string::npos ? std::nullopt : parse_int(v.substr(slash + 1), 1, 32);
+    if (!addr || !len)
+        throw UsageError(std::string(cmd) + ": --allow must be an IPv4 prefix A.B.C.D/1..32 such as 198.18.1.0/24, got " +
+                         quoted(v));
+    const uint32_t mask = *len == 32 ? 0xffffffffu : ~(0xffffffffu >> *len);
+    if ((*addr & ~mask) != 0)
+        throw UsageError(std::string(cmd) + ": --allow " + v + " has host bits set (the prefix is " +
+                         ipv4_text(*addr & mask) + "/" + std::to_string(*len) + ")");
+    return v;
+}
+
+std::string check_node(std::string_view cmd, const std::string& v) {
+    const size_t colon = v.rfind(':');
+    if (colon == std::string::npos || !parse_ipv4(v.substr(0, colon)) ||
+        !parse_int(v.substr(colon + 1), kPortMin, kPortMax))
+        throw UsageError(std::string(cmd) + ": --node must be IP:PORT (port 1..65535) such as 198.18.2.10:80, got " +
+                         quoted(v));
+    return v;
+}
+
+std::string check_kind(std::string_view cmd, const std::string& v) {
+    if (v != "import" && v != "export")
+        throw UsageError(std::string(cmd) + ": KIND must be import or export, got " + quoted(v));
+    return v;
+}
+
+void add_cluster_proto_port(po::options_description& visible, const char* port_help) {
+    visible.add_options()
+        ("cluster", po::value<std::string>()->value_name("C"), "cluster ID: 1-32 of A-Z a-z 0-9 _ -")
+        ("proto", po::value<std::string>()->value_name("tcp|udp"), "protocol")
+        ("port", po::value<std::string>()->value_name("P"), port_help);
+}
+
+void map_add_import_options(po::options_description& visible, po::options_description&,
+                            po::positional_options_description&) {
+    add_cluster_proto_port(visible, "mapped port on the gateway's internal address, 1..65535");
+    visible.add_options()
+        ("peer", po::value<std::string>()->value_name("PARTY"), "the peer party that exports the port")
+        ("peer-port", po::value<std::string>()->value_name("Q"), "the port the peer exports, 1..65535")
+        ("allow", po::value<std::vector<std::string>>()->value_name("CIDR"),
+         "local source prefix allowed to use the mapping, such as 198.18.1.0/24; repeatable; none given: "
+         "any local node");
+}
+
+void map_add_export_options(po::options_description& visible, po::options_description&,
+                            po::positional_options_description&) {
+    add_cluster_proto_port(visible, "port on the gateway's external address, 1..65535");
+    visible.add_options()
+        ("node", po::value<std::string>()->value_name("IP:PORT"), "the local node and port to deliver to")
+        ("allow-party", po::value<std::vector<std::string>>()->value_name("PARTY"),
+         "peer party allowed to reach the port; repeatable; none given: every configured peer");
+}
+
+void map_del_options(po::options_description& visible, po::options_description& hidden,
+                     po::positional_options_description& positional) {
+    visible.add_options()
+        ("proto", po::value<std::string>()->value_name("tcp|udp"), "protocol of the mapping to delete")
+        ("port", po::value<std::string>()->value_name("P"), "its port (import: mapped port; export: external port)")
+        ("cluster", po::value<std::string>()->value_name("C"),
+         "delete every mapping of cluster C instead (only imports or exports if KIND is given)");
+    hidden.add_options()("kind", po::value<std::string>(), "import or export");
+    positional.add("kind", 1);
+}
+
+void map_list_options(po::options_description& visible, po::options_description&,
+                      po::positional_options_description&) {
+    visible.add_options()("cluster", po::value<std::string>()->value_name("C"), "only the mappings of cluster C");
+}
+
+void session_list_options(po::options_description& visible, po::options_description&,
+                          po::positional_options_description&) {
+    visible.add_options()("limit", po::value<std::string>()->default_value(kSessionLimitDefault)->value_name("N"),
+                          "list at most N sessions, 1..100000");
+}
+
+// "import c1 tcp/8080 -> beta:9000", "export c1 tcp/9000 -> 198.18.2.10:80"
+std::string mapping_line(const Json& m) {
+    const std::string kind = field(m, "kind");
+    const std::string target =
+        kind == "export" ? field(m, "node") : field(m, "peer") + ":" + field(m, "peer_port");
+    return kind + " " + field(m, "cluster") + " " + field(m, "proto") + "/" + field(m, "port") + " -> " + target;
+}
+
+// A list of prefixes or parties; `empty` says what an empty list means (for both kinds, "any":
+// any local node, any configured peer party).
+std::string allow_text(const Json& v, const char* empty) {
+    if (v.is_array() && v.empty())
+        return empty;
+    return list_text(v);
+}
+
+int print_added(const Invocation& inv, const Json& r) {
+    if (inv.json)
+        print_json(inv.out, r);
+    else
+        inv.out << "added " << mapping_line(r) << "\n";
+    return 0;
+}
+
+int run_map_add_import(const Invocation& inv) {
+    constexpr std::string_view cmd = "map add import";
+    Json req = Json::object();
+    req["cmd"] = "map_add";
+    req["kind"] = "import";
+    req["cluster"] = check_name(cmd, "cluster", need(inv, cmd, "cluster", "the cluster ID"));
+    req["proto"] = check_proto(cmd, need(inv, cmd, "proto", "tcp or udp"));
+    req["port"] = check_port(cmd, "port", need(inv, cmd, "port", "the mapped port"));
+    req["peer"] = check_name(cmd, "peer", need(inv, cmd, "peer", "the peer party"));
+    req["peer_port"] = check_port(cmd, "peer-port", need(inv, cmd, "peer-port", "the peer's exported port"));
+    Json allow = Json::array();
+    for (const auto& a : opt_list(inv, "allow"))
+        allow.push_back(check_cidr(cmd, a));
+    req["allow"] = std::move(allow);
+    return print_added(inv, call(inv, req));
+}
+
+int run_map_add_export(const Invocation& inv) {
+    constexpr std::string_view cmd = "map add export";
+    Json req = Json::object();
+    req["cmd"] = "map_add";
+    req["kind"] = "export";
+    req["cluster"] = check_name(cmd, "cluster", need(inv, cmd, "cluster", "the cluster ID"));
+    req["proto"] = check_proto(cmd, need(inv, cmd, "proto", "tcp or udp"));
+    req["port"] = check_port(cmd, "port", need(inv, cmd, "port", "the external port"));
+    req["node"] = check_node(cmd, need(inv, cmd, "node", "the local node as IP:PORT"));
+    Json parties = Json::array();
+    for (const auto& p : opt_list(inv, "allow-party"))
+        parties.push_back(check_name(cmd, "allow-party", p));
+    req["allow_parties"] = std::move(parties);
+    return print_added(inv, call(inv, req));
+}
+
+int run_map_del(const Invocation& inv) {
+    constexpr std::string_view cmd = "map del";
+    const auto kind = opt(inv, "kind");
+    if (kind)
+        check_kind(cmd, *kind);
+    const auto cluster = opt(inv, "cluster");
+    const auto proto = opt(inv, "proto");
+    const auto port = opt(inv, "port");
+
+    Json req = Json::object();
+    req["cmd"] = "map_del";
+    if (cluster) {
+        if (proto)
+            throw UsageError(std::string(cmd) + ": --proto cannot be combined with --cluster (delete by port or by "
+                                                "cluster, not both)");
+        if (port)
+            throw UsageError(std::string(cmd) + ": --port cannot be combined with --cluster (delete by port or by "
+                                                "cluster, not both)");
+        req["cluster"] = check_name(cmd, "cluster", *cluster);
+        if (kind)
+            req["kind"] = *kind;
+    } else {
+        if (!kind && !proto && !port)
+            throw UsageError(std::string(cmd) + ": give KIND --proto --port, or --cluster C");
+        if (!kind)
+            throw UsageError(std::string(cmd) + ": missing KIND (import or export) before --proto and --port");
+        if (!proto)
+            throw UsageError(std::string(cmd) + ": missing --proto (tcp or udp), or give --cluster C");
+        if (!port)
+            throw UsageError(std::string(cmd) + ": missing --port, or give --cluster C");
+        req["kind"] = *kind;
+        req["proto"] = check_proto(cmd, *proto);
+        req["port"] = check_port(cmd, "port", *port);
+    }
+
+    Json r = call(inv, req);
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    const Json& deleted = member(r, "deleted");
+    const size_t n = deleted.is_array() ? deleted.size() : 0;
+    inv.out << "deleted " << n << (n == 1 ? " mapping" : " mappings") << "\n";
+    if (deleted.is_array())
+        for (const auto& m : deleted)
+            inv.out << "  " << mapping_line(m) << "\n";
+    return 0;
+}
+
+void print_mappings(std::ostream& out, const char* title, const Json& list, bool imports) {
+    out << title << "\n";
+    if (!list.is_array() || list.empty()) {
+        out << "  none\n";
+        return;
+    }
+    Table t(true, "  ");
+    if (imports)
+        t.row({"cluster", "proto", "port", "", "peer:port", "allow", "source"});
+    else
+        t.row({"cluster", "proto", "port", "", "node", "allow parties", "source"});
+    for (const auto& m : list) {
+        if (imports)
+            t.row({field(m, "cluster"), field(m, "proto"), field(m, "port"), "->",
+                   field(m, "peer") + ":" + field(m, "peer_port"), allow_text(member(m, "allow"), "any"),
+                   field(m, "source")});
+        else
+            t.row({field(m, "cluster"), field(m, "proto"), field(m, "port"), "->", field(m, "node"),
+                   allow_text(member(m, "allow_parties"), "any"), field(m, "source")});
+    }
+    t.print(out);
+}
+
+int run_map_list(const Invocation& inv) {
+    Json req = Json::object();
+    req["cmd"] = "map_list";
+    if (auto cluster = opt(inv, "cluster"))
+        req["cluster"] = check_name("map list", "cluster", *cluster);
+    Json r = call(inv, req);
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    print_mappings(inv.out, "imports", member(r, "imports"), true);
+    inv.out << "\n";
+    print_mappings(inv.out, "exports", member(r, "exports"), false);
+    return 0;
+}
+
+// 1.5 -> "1.5s", 7440 -> "7440s"
+std::string seconds_text(const Json& v) {
+    if (!v.is_number())
+        return text(v);
+    const double s = v.get<double>();
+    char buf[32];
+    if (s == static_cast<double>(static_cast<long long>(s)))
+        std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+    else
+        std::snprintf(buf, sizeof buf, "%.1fs", s);
+    return buf;
+}
+
+int run_session_list(const Invocation& inv) {
+    constexpr std::string_view cmd = "session list";
+    const std::string limit_text = inv.vm["limit"].as<std::string>();
+    const auto limit = parse_int(limit_text, kSessionLimitMin, kSessionLimitMax);
+    if (!limit)
+        throw UsageError(std::string(cmd) + ": --limit must be an integer 1..100000, got " + quoted(limit_text));
+    Json req = Json::object();
+    req["cmd"] = "session_list";
+    req["limit"] = *limit;
+    Json r = call(inv, req);
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    const Json& sessions = member(r, "sessions");
+    const size_t n = sessions.is_array() ? sessions.size() : 0;
+    if (n > 0) {
+        Table t(true);
+        t.row({"kind", "proto", "state", "in src", "in dst", "", "out src", "out dst", "idle/timeout"});
+        for (const auto& s : sessions) {
+            const Json& in = member(s, "in");
+            const Json& outside = member(s, "out");
+            t.row({field(s, "kind"), field(s, "proto"), field(s, "state"), field(in, "src"), field(in, "dst"), "->",
+                   field(outside, "src"), field(outside, "dst"),
+                   seconds_text(member(s, "idle_s")) + "/" + seconds_text(member(s, "timeout_s"))});
+        }
+        t.print(inv.out);
+    }
+    inv.out << n << (n == 1 ? " session" : " sessions") << " shown of " << field(r, "total");
+    const Json& truncated = member(r, "truncated");
+    if (truncated.is_boolean() && truncated.get<bool>())
+        inv.out << " (raise --limit to see more)";
+    inv.out << "\n";
+    return 0;
+}
+
 // ---- help ------------------------------------------------------------------------------------
 
 void help_options(po::options_description&, po::options_description& hidden,
@@ -634,18 +1087,9 @@ int run_help(const Invocation& inv) {
         print_help(inv.out);
         return 0;
     }
-    // `help map` explains every `map ...` command once those exist.
+    // `help map` explains every `map ...` command.
     const std::string topic = join(inv.vm["topic"].as<std::vector<std::string>>(), " ");
-    bool found = false;
-    for (const auto& c : kCommands) {
-        if (c.name == topic || std::string_view(c.name).starts_with(topic + " ")) {
-            if (found)
-                inv.out << "\n";
-            print_command_help(inv.out, c);
-            found = true;
-        }
-    }
-    if (!found)
+    if (!print_topic_help(inv.out, topic))
         throw UsageError("help: unknown command '" + topic + "'");
     return 0;
 }
@@ -707,15 +1151,41 @@ int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err
         }
     }
     if (!cmd) {
+        // The longest run of words that starts some longer command ("map", "map add"), and the
+        // words that may follow it.
+        size_t prefix_words = 0;
         std::vector<std::string> subs;
         for (const auto& c : kCommands) {
             const auto w = words(c.name);
-            if (w.size() > 1 && w[0] == args[at])
-                subs.push_back(w[1]);
+            size_t n = 0;
+            while (n + 1 < w.size() && at + n < args.size() && w[n] == args[at + n])
+                ++n;
+            if (n == 0 || n < prefix_words)
+                continue;
+            if (n > prefix_words) {
+                prefix_words = n;
+                subs.clear();
+            }
+            if (std::find(subs.begin(), subs.end(), w[n]) == subs.end())
+                subs.push_back(w[n]);
         }
-        if (!subs.empty())
-            return usage_error(err, "'" + args[at] + "' needs one of: " + join(subs, ", "), nullptr);
-        return usage_error(err, "unknown command '" + args[at] + "'", nullptr);
+        if (subs.empty())
+            return usage_error(err, "unknown command '" + args[at] + "'", nullptr);
+        const std::string group = join({args.begin() + static_cast<long>(at),
+                                        args.begin() + static_cast<long>(at + prefix_words)},
+                                       " ");
+        const auto rest = args.begin() + static_cast<long>(at + prefix_words);
+        if (std::find_if(rest, args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; }) !=
+            args.end()) {
+            print_topic_help(out, group);
+            return 0;
+        }
+        if (rest != args.end() && !rest->starts_with("-"))
+            return usage_error(err,
+                               "unknown command '" + group + " " + *rest + "' ('" + group +
+                                   "' needs one of: " + join(subs, ", ") + ")",
+                               nullptr);
+        return usage_error(err, "'" + group + "' needs one of: " + join(subs, ", "), nullptr);
     }
     args.erase(args.begin() + static_cast<long>(at), args.begin() + static_cast<long>(at + cmd_words));
 

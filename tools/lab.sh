@@ -59,4 +59,6 @@ lab_down() {
     if [[ -n ${LAB_PID_B:-} ]]; then wait "$LAB_PID_B" 2>/dev/null && LAB_RC_B=0 || LAB_RC_B=$?; fi
     LAB_PID_A= LAB_PID_B=
     lab_topo down >/dev/null 2>&1 || true
+    # The EAL runtime directories, named by --file-prefix in the topology configs.
+    rm -rf "/var/run/dpdk/$LAB_PREFIX-a" "/var/run/dpdk/$LAB_PREFIX-b"
 }

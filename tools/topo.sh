@@ -384,7 +384,9 @@ cmd_up() {
         mkdir -p -- "$STATE_DIR"
         umask 077   # the configs hold the pair's key; the state dirs are private
         mkdir -p -- "$STATE_DIR/a-state" "$STATE_DIR/b-state"
-        write_conf "$A_CONF" alpha 1 a 0 "$A_IN_IF" "$A_IN_IP/$A_NET_LEN" \
+        # A runs its data plane on a worker lcore (-l 0,1: lcore 1, control beside lcore 0); B on
+        # its only lcore (-l 1): both ways of placing the data plane are exercised.
+        write_conf "$A_CONF" alpha 1 a 0,1 "$A_IN_IF" "$A_IN_IP/$A_NET_LEN" \
             "$A_EXT_IF" "$A_EXT_IP/$EXT_NET_LEN" beta 2 "$B_EXT_IP" "$key"
         write_conf "$B_CONF" beta 2 b 1 "$B_IN_IF" "$B_IN_IP/$B_NET_LEN" \
             "$B_EXT_IF" "$B_EXT_IP/$EXT_NET_LEN" alpha 1 "$A_EXT_IP" "$key"

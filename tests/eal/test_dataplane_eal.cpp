@@ -56,7 +56,10 @@ public:
         g_pool = rte_pktmbuf_pool_create("test_mbufs", 2047, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
         ASSERT_NE(g_pool, nullptr);
     }
-    void TearDown() override { rte_eal_cleanup(); }
+    void TearDown() override {
+        rte_eal_cleanup();
+        std::filesystem::remove_all("/var/run/dpdk/fgtest" + std::to_string(::getpid()));
+    }
 };
 const auto* const g_env = ::testing::AddGlobalTestEnvironment(new EalEnvironment);
 
@@ -238,6 +241,8 @@ TEST_F(DataplaneTest, GarbageIsDroppedAndCountedWithItsReason) {
     const std::vector<BadCase> cases = {
         {"runt", {1, 2, 3, 4, 5}, DropReason::eth_truncated},
         {"other MAC", PacketBuilder().eth(other, kNode).ipv4("198.18.1.10", kInternalIp).icmp(8, 0, 1, 1).build(), DropReason::l2_not_for_us},
+        {"broadcast source MAC", PacketBuilder().eth(gw_in_, test::kBroadcast).ipv4("198.18.1.10", kInternalIp).icmp(8, 0, 1, 1).build(), DropReason::l2_bad_source},
+        {"subnet broadcast source", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.255", kInternalIp).icmp(8, 0, 1, 1).build(), DropReason::ipv4_bad_source},
         {"vlan", PacketBuilder().eth(gw_in_, kNode).vlan(3).ipv4("198.18.1.10", kInternalIp).icmp(8, 0, 1, 1).build(), DropReason::vlan_unsupported},
         {"ipv6", ipv6, DropReason::ethertype_unsupported},
         {"ip checksum", bad_csum, DropReason::ipv4_bad_checksum},
@@ -283,6 +288,14 @@ TEST_F(DataplaneTest, InjectedPacketWaitsForArpThenLeavesWithTheLearnedMac) {
     EXPECT_EQ(test::get16(out[0], 12), 0x0800);
     EXPECT_EQ(dp_->counters().arp_requests_sent.get(), 1u);
     EXPECT_EQ(dp_->neighbour_entries(0), 1u) << "the first poll runs the timer tick, which publishes the gauge";
+}
+
+TEST_F(DataplaneTest, AnOffSubnetSourceEndingIn255IsNotABroadcast) {
+    // 198.18.7.255 is an ordinary host of another subnet (say a /16 behind the next hop).
+    receive(1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4("198.18.7.255", kExternalIp).icmp(8, 0, 3, 1).build());
+    dp_->poll_once();
+    EXPECT_EQ(sent(1).size(), 1u);
+    EXPECT_EQ(drops(1, DropReason::ipv4_bad_source), 0u);
 }
 
 TEST_F(DataplaneTest, OffSubnetDestinationGoesToTheNextHop) {

@@ -479,8 +479,22 @@ TEST(ConfigErrors, DuplicatePortName) {
 TEST(ConfigErrors, DuplicateDevice) {
     const std::string text =
         replaced(kGood, "device = \"net_af_packet1,iface=veth-out\"", "device = \"net_af_packet0,iface=veth-in\"");
-    EXPECT_TRUE(rejects(text, "port[1].device", "'net_af_packet0,iface=veth-in' is already used by port 'inside'",
+    EXPECT_TRUE(rejects(text, "port[1].device", "'net_af_packet0,iface=veth-in' names the same device as port 'inside'",
                         line_of(text, "device = \"net_af_packet0", 2)));
+}
+
+TEST(ConfigErrors, SameDeviceNameWithOtherArgumentsIsTheSameDevice) {
+    const std::string text =
+        replaced(kGood, "device = \"net_af_packet1,iface=veth-out\"", "device = \"net_af_packet0,iface=veth-out\"");
+    EXPECT_TRUE(rejects(text, "port[1].device", "'net_af_packet0,iface=veth-out' names the same device as port 'inside'",
+                        line_of(text, "device = \"net_af_packet0,iface=veth-out")));
+}
+
+TEST(ConfigErrors, HostPrefixLeavesNoNeighbours) {
+    const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"", "address = \"198.18.100.1/32\"");
+    EXPECT_TRUE(rejects(text, "port[1].address",
+                        "'198.18.100.1/32' leaves the port no neighbours: use a prefix of /31 or shorter",
+                        line_of(text, "address = \"198.18.100.1/32")));
 }
 
 TEST(ConfigErrors, OverlappingSubnets) {

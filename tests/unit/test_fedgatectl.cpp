@@ -454,4 +454,451 @@ TEST(FedgatectlOutput, PingWithNoReplyExitsOne) {
               "2 sent, 0 received, 100% loss\n");
 }
 
+// ---- map and session ----------------------------------------------------------------------
+
+constexpr const char* kImport =
+    R"({"kind":"import","cluster":"c1","proto":"tcp","port":8080,"peer":"beta","peer_id":2,"peer_port":9000,)"
+    R"("allow":["198.18.1.0/24"],"source":"cli"})";
+constexpr const char* kExport =
+    R"({"kind":"export","cluster":"c1","proto":"tcp","port":9000,"node":"198.18.2.10:80","allow_parties":["alpha"],)"
+    R"("source":"cli"})";
+
+std::string ok(const std::string& result) { return R"({"ok":true,"result":)" + result + "}"; }
+
+constexpr const char* kMapListReply = R"({"ok":true,"result":{"imports":[
+{"kind":"import","cluster":"c1","proto":"tcp","port":8080,"peer":"beta","peer_id":2,"peer_port":9000,
+ "allow":["198.18.1.0/24"],"source":"config"},
+{"kind":"import","cluster":"cluster-two","proto":"udp","port":53,"peer":"gamma","peer_id":3,"peer_port":10053,
+ "allow":[],"source":"cli"},
+{"kind":"import","cluster":"c1","proto":"tcp","port":8081,"peer":"beta","peer_id":2,"peer_port":9001,
+ "allow":["198.18.1.0/25","198.18.1.128/25"],"source":"auto"}],
+"exports":[{"kind":"export","cluster":"c1","proto":"tcp","port":9000,"node":"198.18.2.10:80",
+ "allow_parties":["alpha"],"source":"cli"},
+{"kind":"export","cluster":"c2","proto":"udp","port":9001,"node":"198.18.2.11:5001",
+ "allow_parties":["alpha","gamma"],"source":"config"},
+{"kind":"export","cluster":"c2","proto":"tcp","port":19002,"node":"198.18.2.12:8443",
+ "allow_parties":[],"source":"auto"}]}})";
+
+constexpr const char* kSessionListReply = R"({"ok":true,"result":{"sessions":[
+{"kind":"import","proto":"tcp","state":"established","in":{"src":"198.18.1.10:40000","dst":"198.18.1.1:8080"},
+ "out":{"src":"198.19.0.1:61000","dst":"198.19.0.2:9000"},"idle_s":1.5,"timeout_s":7440},
+{"kind":"export","proto":"udp","state":"open","in":{"src":"198.19.0.3:61001","dst":"198.19.0.1:9001"},
+ "out":{"src":"198.18.2.1:50000","dst":"198.18.2.11:5001"},"idle_s":0,"timeout_s":300}],
+"total":17,"truncated":true}})";
+
+// Runs fedgatectl against a fake daemon that answers `reply`; returns what it printed and the
+// request line the daemon got.
+struct Exchange {
+    CtlResult r;
+    std::string request;
+};
+
+Exchange exchange(const std::string& reply, std::vector<std::string> args) {
+    FakeDaemon daemon;
+    daemon.answer(reply);
+    args.insert(args.begin(), {"--socket", daemon.path()});
+    CtlResult r = ctl(args);
+    return {r, daemon.request()};
+}
+
+std::string pretty(const std::string& reply) { return nlohmann::ordered_json::parse(reply)["result"].dump(2) + "\n"; }
+
+TEST(FedgatectlMap, AddImportSendsEveryFieldAndPrintsOneLine) {
+    Exchange x = exchange(ok(kImport), {"map", "add", "import", "--cluster", "c1", "--proto", "tcp", "--port", "8080",
+                                        "--peer", "beta", "--peer-port", "9000", "--allow", "198.18.1.0/24",
+                                        "--allow=198.18.3.0/24"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.request,
+              R"({"cmd":"map_add","kind":"import","cluster":"c1","proto":"tcp","port":8080,"peer":"beta",)"
+              R"("peer_port":9000,"allow":["198.18.1.0/24","198.18.3.0/24"]})"
+              "\n");
+    EXPECT_EQ(x.r.out, "added import c1 tcp/8080 -> beta:9000\n");
+    EXPECT_EQ(x.r.err, "");
+}
+
+TEST(FedgatectlMap, AddImportWithoutAllowSendsAnEmptyList) {
+    Exchange x = exchange(ok(kImport), {"map", "add", "import", "--peer-port=9000", "--peer=beta", "--port=53",
+                                        "--proto=udp", "--cluster=A_b-9"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.request,
+              R"({"cmd":"map_add","kind":"import","cluster":"A_b-9","proto":"udp","port":53,"peer":"beta",)"
+              R"("peer_port":9000,"allow":[]})"
+              "\n");
+}
+
+TEST(FedgatectlMap, AddExportSendsEveryFieldAndPrintsOneLine) {
+    Exchange x = exchange(ok(kExport), {"map", "add", "export", "--cluster", "c1", "--proto", "tcp", "--port", "9000",
+                                        "--node", "198.18.2.10:80", "--allow-party", "alpha", "--allow-party",
+                                        "gamma"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.request,
+              R"({"cmd":"map_add","kind":"export","cluster":"c1","proto":"tcp","port":9000,)"
+              R"("node":"198.18.2.10:80","allow_parties":["alpha","gamma"]})"
+              "\n");
+    EXPECT_EQ(x.r.out, "added export c1 tcp/9000 -> 198.18.2.10:80\n");
+}
+
+TEST(FedgatectlMap, AddExportWithoutAllowPartySendsAnEmptyList) {
+    Exchange x = exchange(ok(kExport), {"map", "add", "export", "--cluster", "c1", "--proto", "udp", "--port", "65535",
+                                        "--node", "198.18.2.10:1"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.request,
+              R"({"cmd":"map_add","kind":"export","cluster":"c1","proto":"udp","port":65535,)"
+              R"("node":"198.18.2.10:1","allow_parties":[]})"
+              "\n");
+}
+
+TEST(FedgatectlMap, AddJsonPrintsTheStoredMapping) {
+    const std::vector<std::string> add{"map", "add", "export", "--cluster", "c1", "--proto", "tcp",
+                                       "--port", "9000", "--node", "198.18.2.10:80"};
+    auto before = add;
+    before.insert(before.begin(), "--json");
+    auto after = add;
+    after.push_back("--json");
+    for (const auto& args : {before, after}) {
+        Exchange x = exchange(ok(kExport), args);
+        EXPECT_EQ(x.r.status, 0) << x.r.err;
+        EXPECT_EQ(x.r.out, pretty(ok(kExport)));
+    }
+}
+
+TEST(FedgatectlMap, DaemonRefusalExitsOneWithItsMessage) {
+    Exchange x = exchange(R"({"ok":false,"error":"port: 8080/tcp is already mapped"})",
+                          {"map", "add", "import", "--cluster", "c1", "--proto", "tcp", "--port", "8080", "--peer",
+                           "beta", "--peer-port", "9000"});
+    EXPECT_EQ(x.r.status, 1);
+    EXPECT_EQ(x.r.err, "fedgatectl: port: 8080/tcp is already mapped\n");
+    EXPECT_EQ(x.r.out, "");
+}
+
+TEST(FedgatectlMap, DelByPortSendsKindProtoPort) {
+    Exchange x = exchange(ok(std::string(R"({"deleted":[)") + kImport + "]}"),
+                          {"map", "del", "import", "--proto", "tcp", "--port", "8080"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.request, "{\"cmd\":\"map_del\",\"kind\":\"import\",\"proto\":\"tcp\",\"port\":8080}\n");
+    EXPECT_EQ(x.r.out, "deleted 1 mapping\n  import c1 tcp/8080 -> beta:9000\n");
+}
+
+TEST(FedgatectlMap, DelByClusterSendsClusterAndOptionalKind) {
+    const std::string reply = ok(std::string(R"({"deleted":[)") + kImport + "," + kExport + "]}");
+    Exchange all = exchange(reply, {"map", "del", "--cluster", "c1"});
+    EXPECT_EQ(all.r.status, 0) << all.r.err;
+    EXPECT_EQ(all.request, "{\"cmd\":\"map_del\",\"cluster\":\"c1\"}\n");
+    EXPECT_EQ(all.r.out,
+              "deleted 2 mappings\n"
+              "  import c1 tcp/8080 -> beta:9000\n"
+              "  export c1 tcp/9000 -> 198.18.2.10:80\n");
+
+    Exchange one_kind = exchange(ok(R"({"deleted":[]})"), {"map", "del", "--cluster", "c1", "export"});
+    EXPECT_EQ(one_kind.r.status, 0) << one_kind.r.err;
+    EXPECT_EQ(one_kind.request, "{\"cmd\":\"map_del\",\"cluster\":\"c1\",\"kind\":\"export\"}\n");
+    EXPECT_EQ(one_kind.r.out, "deleted 0 mappings\n");
+
+    Exchange kind_first = exchange(ok(R"({"deleted":[]})"), {"map", "del", "import", "--cluster", "c1"});
+    EXPECT_EQ(kind_first.request, "{\"cmd\":\"map_del\",\"cluster\":\"c1\",\"kind\":\"import\"}\n");
+}
+
+TEST(FedgatectlMap, DelJsonPrintsTheResult) {
+    const std::string reply = ok(std::string(R"({"deleted":[)") + kExport + "]}");
+    Exchange x = exchange(reply, {"map", "del", "export", "--proto", "tcp", "--port", "9000", "--json"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, pretty(reply));
+}
+
+TEST(FedgatectlMap, ListSendsClusterOnlyWhenGiven) {
+    Exchange all = exchange(kMapListReply, {"map", "list"});
+    EXPECT_EQ(all.request, "{\"cmd\":\"map_list\"}\n");
+    Exchange one = exchange(kMapListReply, {"map", "list", "--cluster", "c1"});
+    EXPECT_EQ(one.request, "{\"cmd\":\"map_list\",\"cluster\":\"c1\"}\n");
+}
+
+TEST(FedgatectlMap, ListPrintsTwoAlignedTables) {
+    Exchange x = exchange(kMapListReply, {"map", "list"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out,
+              "imports\n"
+              "  cluster      proto  port      peer:port    allow                          source\n"
+              "  c1           tcp    8080  ->  beta:9000    198.18.1.0/24                  config\n"
+              "  cluster-two  udp      53  ->  gamma:10053  any                            cli\n"
+              "  c1           tcp    8081  ->  beta:9001    198.18.1.0/25,198.18.1.128/25  auto\n"
+              "\n"
+              "exports\n"
+              "  cluster  proto   port      node              allow parties  source\n"
+              "  c1       tcp     9000  ->  198.18.2.10:80    alpha          cli\n"
+              "  c2       udp     9001  ->  198.18.2.11:5001  alpha,gamma    config\n"
+              "  c2       tcp    19002  ->  198.18.2.12:8443  any            auto\n");
+}
+
+TEST(FedgatectlMap, ListWithNoMappingsSaysNone) {
+    Exchange x = exchange(ok(R"({"imports":[],"exports":[]})"), {"map", "list"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, "imports\n  none\n\nexports\n  none\n");
+}
+
+TEST(FedgatectlMap, ListJsonPrintsTheResult) {
+    Exchange x = exchange(kMapListReply, {"--json", "map", "list"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, pretty(kMapListReply));
+}
+
+TEST(FedgatectlSession, ListSendsTheLimit) {
+    Exchange dflt = exchange(kSessionListReply, {"session", "list"});
+    EXPECT_EQ(dflt.request, "{\"cmd\":\"session_list\",\"limit\":1000}\n");
+    Exchange lim = exchange(kSessionListReply, {"session", "list", "--limit", "100000"});
+    EXPECT_EQ(lim.request, "{\"cmd\":\"session_list\",\"limit\":100000}\n");
+    Exchange one = exchange(kSessionListReply, {"session", "list", "--limit=1"});
+    EXPECT_EQ(one.request, "{\"cmd\":\"session_list\",\"limit\":1}\n");
+}
+
+TEST(FedgatectlSession, ListPrintsOneAlignedRowPerSession) {
+    Exchange x = exchange(kSessionListReply, {"session", "list"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out,
+              "kind    proto  state        in src             in dst               out src           out dst           idle/timeout\n"
+              "import  tcp    established  198.18.1.10:40000  198.18.1.1:8080  ->  198.19.0.1:61000  198.19.0.2:9000   1.5s/7440s\n"
+              "export  udp    open         198.19.0.3:61001   198.19.0.1:9001  ->  198.18.2.1:50000  198.18.2.11:5001  0s/300s\n"
+              "2 sessions shown of 17 (raise --limit to see more)\n");
+}
+
+TEST(FedgatectlSession, UntruncatedListHasNoHint) {
+    Exchange x = exchange(ok(R"({"sessions":[{"kind":"import","proto":"udp","state":"open",
+        "in":{"src":"198.18.1.10:5000","dst":"198.18.1.1:53"},"out":{"src":"198.19.0.1:61002","dst":"198.19.0.2:10053"},
+        "idle_s":12.25,"timeout_s":30}],"total":1,"truncated":false})"),
+                          {"session", "list", "--limit", "5"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out,
+              "kind    proto  state  in src            in dst             out src           out dst           idle/timeout\n"
+              "import  udp    open   198.18.1.10:5000  198.18.1.1:53  ->  198.19.0.1:61002  198.19.0.2:10053  12.2s/30s\n"
+              "1 session shown of 1\n");
+}
+
+TEST(FedgatectlSession, ListWithNoSessions) {
+    Exchange x = exchange(ok(R"({"sessions":[],"total":0,"truncated":false})"), {"session", "list"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, "0 sessions shown of 0\n");
+}
+
+TEST(FedgatectlSession, ListJsonPrintsTheResult) {
+    Exchange x = exchange(kSessionListReply, {"session", "list", "--json"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, pretty(kSessionListReply));
+}
+
+// Each bad command line exits 2 with one line naming the option (or operand), then the command's
+// usage, and never connects.
+TEST(FedgatectlMapArgs, BadValuesExitTwoNamingTheOption) {
+    const std::vector<std::string> imp{"map", "add", "import"};
+    const std::vector<std::string> exp{"map", "add", "export"};
+    auto with = [](std::vector<std::string> head, std::initializer_list<std::string> tail) {
+        head.insert(head.end(), tail);
+        return head;
+    };
+    const auto import_ok = [&](std::initializer_list<std::string> tail) {
+        return with(with(imp, {"--cluster", "c1", "--proto", "tcp", "--port", "8080", "--peer", "beta",
+                               "--peer-port", "9000"}),
+                    tail);
+    };
+    const auto export_ok = [&](std::initializer_list<std::string> tail) {
+        return with(with(exp, {"--cluster", "c1", "--proto", "tcp", "--port", "9000", "--node", "198.18.2.10:80"}),
+                    tail);
+    };
+    struct Case {
+        std::vector<std::string> args;
+        std::string first_line;
+        std::string usage;  // start of the usage line that follows
+    };
+    const std::string ui = "usage: fedgatectl [--socket PATH] [--json] map add import --cluster C";
+    const std::string ue = "usage: fedgatectl [--socket PATH] [--json] map add export --cluster C";
+    const std::string ud = "usage: fedgatectl [--socket PATH] [--json] map del [import|export]";
+    const std::string ul = "usage: fedgatectl [--socket PATH] [--json] map list";
+    const std::string us = "usage: fedgatectl [--socket PATH] [--json] session list";
+    const std::string port_msg = "must be an integer 1..65535, got ";
+    const std::string name_msg = "must be 1-32 characters of A-Z a-z 0-9 _ -, got ";
+    const std::string cidr_msg = "must be an IPv4 prefix A.B.C.D/1..32 such as 198.18.1.0/24, got ";
+    const std::string node_msg = "must be IP:PORT (port 1..65535) such as 198.18.2.10:80, got ";
+    const std::vector<Case> cases{
+        {with(imp, {"--proto", "tcp", "--port", "1", "--peer", "b", "--peer-port", "2"}),
+         "map add import: missing --cluster (the cluster ID)", ui},
+        {with(imp, {"--cluster", "c1", "--port", "1", "--peer", "b", "--peer-port", "2"}),
+         "map add import: missing --proto (tcp or udp)", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--peer", "b", "--peer-port", "2"}),
+         "map add import: missing --port (the mapped port)", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port", "1", "--peer-port", "2"}),
+         "map add import: missing --peer (the peer party)", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port", "1", "--peer", "b"}),
+         "map add import: missing --peer-port (the peer's exported port)", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "icmp", "--port", "1", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --proto must be tcp or udp, got 'icmp'", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "TCP", "--port", "1", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --proto must be tcp or udp, got 'TCP'", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port", "0", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --port " + port_msg + "'0'", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port", "65536", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --port " + port_msg + "'65536'", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port", "80.5", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --port " + port_msg + "'80.5'", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port=+80", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --port " + port_msg + "'+80'", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port=0x50", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --port " + port_msg + "'0x50'", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port=99999999999", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --port " + port_msg + "'99999999999'", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port", "80", "--peer", "b", "--peer-port", "x"}),
+         "map add import: --peer-port " + port_msg + "'x'", ui},
+        {with(imp, {"--cluster", "c 1", "--proto", "tcp", "--port", "80", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --cluster " + name_msg + "'c 1'", ui},
+        {with(imp, {"--cluster", std::string(33, 'c'), "--proto", "tcp", "--port", "80", "--peer", "b",
+                    "--peer-port", "2"}),
+         "map add import: --cluster " + name_msg + "'" + std::string(33, 'c') + "'", ui},
+        {with(imp, {"--cluster=", "--proto", "tcp", "--port", "80", "--peer", "b", "--peer-port", "2"}),
+         "map add import: the argument for option '--cluster' should follow immediately after the equal sign", ui},
+        {with(imp, {"--cluster", "", "--proto", "tcp", "--port", "80", "--peer", "b", "--peer-port", "2"}),
+         "map add import: --cluster " + name_msg + "''", ui},
+        {with(imp, {"--cluster", "c1", "--proto", "tcp", "--port", "80", "--peer", "beta.example", "--peer-port", "2"}),
+         "map add import: --peer " + name_msg + "'beta.example'", ui},
+        {import_ok({"--allow", "198.18.256.0/24"}), "map add import: --allow " + cidr_msg + "'198.18.256.0/24'", ui},
+        {import_ok({"--allow", "198.18.1.0"}), "map add import: --allow " + cidr_msg + "'198.18.1.0'", ui},
+        {import_ok({"--allow", "198.18.1/24"}), "map add import: --allow " + cidr_msg + "'198.18.1/24'", ui},
+        {import_ok({"--allow", "0.0.0.0/0"}), "map add import: --allow " + cidr_msg + "'0.0.0.0/0'", ui},
+        {import_ok({"--allow", "198.18.1.1/33"}), "map add import: --allow " + cidr_msg + "'198.18.1.1/33'", ui},
+        {import_ok({"--allow", "198.18.1.0/24", "--allow", "198.18.1.0/2x"}),
+         "map add import: --allow " + cidr_msg + "'198.18.1.0/2x'", ui},
+        {import_ok({"--allow", "198.18.1.5/24"}),
+         "map add import: --allow 198.18.1.5/24 has host bits set (the prefix is 198.18.1.0/24)", ui},
+        {import_ok({"--node", "198.18.2.10:80"}), "map add import: unrecognised option '--node'", ui},
+        {import_ok({"--port", "81"}), "map add import: option '--port' cannot be specified more than once", ui},
+        {import_ok({"extra"}), "map add import: unexpected argument 'extra'", ui},
+        {with(exp, {"--cluster", "c1", "--proto", "tcp", "--port", "9000"}),
+         "map add export: missing --node (the local node as IP:PORT)", ue},
+        {with(exp, {"--cluster", "c1", "--proto", "udp", "--port", "-1", "--node", "198.18.2.10:80"}),
+         "map add export: --port " + port_msg + "'-1'", ue},
+        {with(exp, {"--cluster", "c1", "--proto", "udp", "--node", "198.18.2.10:80", "--port"}),
+         "map add export: the required argument for option '--port' is missing", ue},
+        {with(exp, {"--cluster", "c1", "--proto", "tcp", "--port", "9000", "--node", "198.18.2.10"}),
+         "map add export: --node " + node_msg + "'198.18.2.10'", ue},
+        {with(exp, {"--cluster", "c1", "--proto", "tcp", "--port", "9000", "--node", "198.18.2.10:0"}),
+         "map add export: --node " + node_msg + "'198.18.2.10:0'", ue},
+        {with(exp, {"--cluster", "c1", "--proto", "tcp", "--port", "9000", "--node", "node-b1:80"}),
+         "map add export: --node " + node_msg + "'node-b1:80'", ue},
+        {with(exp, {"--cluster", "c1", "--proto", "tcp", "--port", "9000", "--node", "198.18.2.300:80"}),
+         "map add export: --node " + node_msg + "'198.18.2.300:80'", ue},
+        {export_ok({"--allow-party", "alpha", "--allow-party", "al pha"}),
+         "map add export: --allow-party " + name_msg + "'al pha'", ue},
+        {export_ok({"--peer", "beta"}), "map add export: unrecognised option '--peer'", ue},
+        {export_ok({"--allow", "198.18.1.0/24"}), "map add export: unrecognised option '--allow'", ue},
+        {{"map", "del"}, "map del: give KIND --proto --port, or --cluster C", ud},
+        {{"map", "del", "import"}, "map del: missing --proto (tcp or udp), or give --cluster C", ud},
+        {{"map", "del", "import", "--proto", "tcp"}, "map del: missing --port, or give --cluster C", ud},
+        {{"map", "del", "--proto", "tcp", "--port", "80"},
+         "map del: missing KIND (import or export) before --proto and --port", ud},
+        {{"map", "del", "imports", "--proto", "tcp", "--port", "80"},
+         "map del: KIND must be import or export, got 'imports'", ud},
+        {{"map", "del", "import", "--proto", "sctp", "--port", "80"},
+         "map del: --proto must be tcp or udp, got 'sctp'", ud},
+        {{"map", "del", "import", "--proto", "tcp", "--port", "65536"}, "map del: --port " + port_msg + "'65536'", ud},
+        {{"map", "del", "import", "--proto", "tcp", "--port", "80", "--cluster", "c1"},
+         "map del: --proto cannot be combined with --cluster (delete by port or by cluster, not both)", ud},
+        {{"map", "del", "--port", "80", "--cluster", "c1"},
+         "map del: --port cannot be combined with --cluster (delete by port or by cluster, not both)", ud},
+        {{"map", "del", "--cluster", "c/1"}, "map del: --cluster " + name_msg + "'c/1'", ud},
+        {{"map", "del", "import", "export", "--cluster", "c1"}, "map del: unexpected argument 'export'", ud},
+        {{"map", "list", "--cluster", "c:1"}, "map list: --cluster " + name_msg + "'c:1'", ul},
+        {{"map", "list", "c1"}, "map list: unexpected argument 'c1'", ul},
+        {{"session", "list", "--limit", "0"}, "session list: --limit must be an integer 1..100000, got '0'", us},
+        {{"session", "list", "--limit", "100001"}, "session list: --limit must be an integer 1..100000, got '100001'",
+         us},
+        {{"session", "list", "--limit", "all"}, "session list: --limit must be an integer 1..100000, got 'all'", us},
+        {{"session", "list", "--cluster", "c1"}, "session list: unrecognised option '--cluster'", us},
+    };
+    for (const auto& c : cases) {
+        FakeDaemon daemon;
+        auto args = c.args;
+        args.insert(args.begin(), {"--socket", daemon.path()});
+        CtlResult r = ctl(args);
+        const std::string cmdline = ::testing::PrintToString(c.args);
+        EXPECT_EQ(r.status, 2) << cmdline;
+        EXPECT_EQ(first_line(r.err), "fedgatectl: " + c.first_line) << cmdline;
+        const std::string second = r.err.substr(std::min(r.err.size(), r.err.find('\n') + 1));
+        EXPECT_TRUE(second.starts_with(c.usage)) << cmdline << "\n" << r.err;
+        EXPECT_EQ(r.out, "") << cmdline;
+        EXPECT_FALSE(daemon.has_pending_connection()) << cmdline;
+    }
+}
+
+TEST(FedgatectlMapArgs, GoodEdgeValuesAreAccepted) {
+    for (const auto& allow : {"10.0.0.0/8", "198.18.1.7/32", "128.0.0.0/1", "0.0.0.0/1"}) {
+        Exchange x = exchange(ok(kImport), {"map", "add", "import", "--cluster", std::string(32, 'Z'), "--proto",
+                                            "udp", "--port", "1", "--peer", "_-", "--peer-port", "65535", "--allow",
+                                            allow});
+        EXPECT_EQ(x.r.status, 0) << allow << ": " << x.r.err;
+        EXPECT_NE(x.request.find(std::string(R"("allow":[")") + allow + "\"]"), std::string::npos) << x.request;
+    }
+}
+
+TEST(FedgatectlMapArgs, IncompleteCommandNamesTheChoices) {
+    CtlResult map = ctl({"map"});
+    EXPECT_EQ(map.status, 2);
+    EXPECT_EQ(first_line(map.err), "fedgatectl: 'map' needs one of: add, del, list");
+    CtlResult add = ctl({"map", "add", "--cluster", "c1"});
+    EXPECT_EQ(add.status, 2);
+    EXPECT_EQ(first_line(add.err), "fedgatectl: 'map add' needs one of: import, export");
+    CtlResult bad = ctl({"map", "show"});
+    EXPECT_EQ(bad.status, 2);
+    EXPECT_EQ(first_line(bad.err), "fedgatectl: unknown command 'map show' ('map' needs one of: add, del, list)");
+    CtlResult session = ctl({"session"});
+    EXPECT_EQ(first_line(session.err), "fedgatectl: 'session' needs one of: list");
+}
+
+TEST(FedgatectlHelp, HelpListsMapAndSessionCommands) {
+    CtlResult r = ctl({"--help"});
+    EXPECT_EQ(r.status, 0);
+    for (const char* line : {"  map add import  ", "  map add export  ", "  map del [import|export]  ",
+                             "  map list  ", "  session list  ",
+                             "  fedgatectl map del --cluster c1 export\n", "  fedgatectl session list --limit 50\n"})
+        EXPECT_NE(r.out.find(line), std::string::npos) << line;
+}
+
+TEST(FedgatectlHelp, HelpMapShowsTheWholeGroupWithExamples) {
+    for (const auto& args : {std::vector<std::string>{"help", "map"}, std::vector<std::string>{"map", "--help"}}) {
+        CtlResult r = ctl(args);
+        EXPECT_EQ(r.status, 0);
+        EXPECT_EQ(r.err, "");
+        EXPECT_TRUE(r.out.starts_with("The port-map tables.")) << r.out;
+        for (const char* s :
+             {"usage: fedgatectl [--socket PATH] [--json] map add import --cluster C --proto tcp|udp --port P --peer "
+              "PARTY --peer-port Q [--allow CIDR]...\n",
+              "usage: fedgatectl [--socket PATH] [--json] map add export --cluster C --proto tcp|udp --port Q --node "
+              "IP:PORT [--allow-party PARTY]...\n",
+              "usage: fedgatectl [--socket PATH] [--json] map del [import|export] (--proto tcp|udp --port P | "
+              "--cluster C)\n",
+              "usage: fedgatectl [--socket PATH] [--json] map list [--cluster C]\n",
+              "example:\n  fedgatectl map add import --cluster c1 --proto tcp --port 8080 --peer beta --peer-port 9000 "
+              "--allow 198.18.1.0/24\n",
+              "example:\n  fedgatectl map add export --cluster c1 --proto tcp --port 9000 --node 198.18.2.10:80 "
+              "--allow-party alpha\n",
+              "examples:\n  fedgatectl map del import --proto tcp --port 8080\n  fedgatectl map del --cluster c1 "
+              "export\n",
+              "--allow CIDR", "--allow-party PARTY", "--node IP:PORT", "--peer-port Q", "$FEDGATE_SOCKET"})
+            EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+        EXPECT_EQ(r.out.find("session list"), std::string::npos);
+        size_t globals = 0;
+        for (size_t at = r.out.find("--socket PATH  "); at != std::string::npos;
+             at = r.out.find("--socket PATH  ", at + 1))
+            ++globals;
+        EXPECT_EQ(globals, 1u) << r.out;  // the global options once, at the end
+    }
+    CtlResult add = ctl({"help", "map", "add"});
+    EXPECT_EQ(add.status, 0);
+    EXPECT_NE(add.out.find("map add import"), std::string::npos);
+    EXPECT_NE(add.out.find("map add export"), std::string::npos);
+    EXPECT_EQ(add.out.find("map del"), std::string::npos);
+}
+
+TEST(FedgatectlHelp, SessionListHelpShowsLimitDefault) {
+    CtlResult r = ctl({"session", "list", "--help"});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(first_line(r.out), "usage: fedgatectl [--socket PATH] [--json] session list [--limit N]");
+    EXPECT_NE(r.out.find("--limit N (=1000)"), std::string::npos) << r.out;
+}
+
 }  // namespace

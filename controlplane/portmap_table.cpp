@@ -1,0 +1,294 @@
+// Port-map table: checks, persistence (write, fsync, rename, fsync dir) and RCU publication.
+#include "controlplane/portmap_table.hpp"
+
+#include <fcntl.h>
+#include <rte_byteorder.h>
+#include <rte_rcu_qsbr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fedgate {
+namespace {
+
+constexpr int kStateVersion = 1;
+
+L4Proto l4(Proto p) { return p == Proto::tcp ? L4Proto::tcp : L4Proto::udp; }
+
+void write_all(int fd, const std::string& data, const std::string& path) {
+    for (std::size_t off = 0; off < data.size();) {
+        const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw MapError("state", "cannot write " + path + ": " + std::strerror(errno));
+        off += static_cast<std::size_t>(n);
+    }
+}
+
+}  // namespace
+
+PortMapTable::PortMapTable(const Config& cfg, PortMapView& view, rte_rcu_qsbr* rcu, std::string state_file)
+    : cfg_(cfg), view_(view), rcu_(rcu), state_file_(std::move(state_file)) {}
+
+PortMapTable::~PortMapTable() {
+    // The data plane is stopped by now: take every rule back out and free it.
+    for (const auto& m : imports_) unpublish({"import", m.proto, m.port});
+    for (const auto& m : exports_) unpublish({"export", m.proto, m.port});
+    for (const ImportRule* r : retired_imports_) delete r;
+    for (const ExportRule* r : retired_exports_) delete r;
+}
+
+void PortMapTable::publish(const ImportMapping& m) {
+    const ImportRule* old = view_.publish(l4(m.proto), rte_cpu_to_be_16(m.port), new ImportRule(make_rule(m, cfg_)));
+    if (old != nullptr) retired_imports_.push_back(old);
+}
+
+void PortMapTable::publish(const ExportMapping& m) {
+    const ExportRule* old = view_.publish(l4(m.proto), rte_cpu_to_be_16(m.port), new ExportRule(make_rule(m, cfg_)));
+    if (old != nullptr) retired_exports_.push_back(old);
+}
+
+void PortMapTable::unpublish(const Key& k) {
+    if (k.kind == "import") {
+        if (const ImportRule* old = view_.publish(l4(k.proto), rte_cpu_to_be_16(k.port), static_cast<const ImportRule*>(nullptr)))
+            retired_imports_.push_back(old);
+    } else if (const ExportRule* old = view_.publish(l4(k.proto), rte_cpu_to_be_16(k.port), static_cast<const ExportRule*>(nullptr))) {
+        retired_exports_.push_back(old);
+    }
+}
+
+void PortMapTable::reclaim() {
+    if (retired_imports_.empty() && retired_exports_.empty()) return;
+    // Every lcore passes a quiescent state (or is offline) before an old rule can go.
+    if (rcu_ != nullptr) rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID);
+    for (const ImportRule* r : retired_imports_) delete r;
+    for (const ExportRule* r : retired_exports_) delete r;
+    retired_imports_.clear();
+    retired_exports_.clear();
+}
+
+void PortMapTable::persist(const std::vector<ImportMapping>& imports, const std::vector<ExportMapping>& exports,
+                           const std::vector<Key>& deleted) const {
+    nlohmann::ordered_json added = nlohmann::ordered_json::array();
+    for (const auto& m : imports)
+        if (m.source == MapSource::cli) added.push_back(to_json(m, cfg_));
+    for (const auto& m : exports)
+        if (m.source == MapSource::cli) added.push_back(to_json(m));
+    nlohmann::ordered_json gone = nlohmann::ordered_json::array();
+    for (const Key& k : deleted) gone.push_back({{"kind", k.kind}, {"proto", proto_name(k.proto)}, {"port", k.port}});
+    const std::string text =
+        nlohmann::ordered_json{{"version", kStateVersion}, {"added", added}, {"deleted", gone}}.dump(2) + "\n";
+
+    // Write a temporary file, fsync it, rename it over the old one, fsync the directory: after a
+    // crash the file is the old one or the new one, whole.
+    const std::string tmp = state_file_ + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) throw MapError("state", "cannot write " + tmp + ": " + std::strerror(errno));
+    try {
+        write_all(fd, text, tmp);
+        if (::fsync(fd) != 0) throw MapError("state", "cannot fsync " + tmp + ": " + std::strerror(errno));
+    } catch (...) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw;
+    }
+    ::close(fd);
+    if (::rename(tmp.c_str(), state_file_.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        throw MapError("state", "cannot replace " + state_file_ + ": " + std::strerror(err));
+    }
+    const std::string dir = std::filesystem::path(state_file_).parent_path().string();
+    if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+void PortMapTable::load(std::vector<std::string>* warnings) {
+    std::lock_guard lk(mu_);
+    imports_ = cfg_.imports;
+    exports_ = cfg_.exports;
+    deleted_config_.clear();
+
+    std::ifstream in(state_file_);
+    if (in) {
+        nlohmann::ordered_json state;
+        try {
+            state = nlohmann::ordered_json::parse(in);
+        } catch (const nlohmann::json::exception& e) {
+            throw MapError("state", state_file_ + " is not valid JSON: " + e.what());
+        }
+        if (!state.is_object() || state.value("version", 0) != kStateVersion)
+            throw MapError("state", state_file_ + ": unknown format (want version " + std::to_string(kStateVersion) + ")");
+        for (const auto& d : state.value("deleted", nlohmann::ordered_json::array())) {
+            try {
+                const Key k{d.at("kind").get<std::string>(), proto_from_json(d, "proto"), port_from_json(d, "port")};
+                const auto gone = [&](const auto& m) { return m.proto == k.proto && m.port == k.port; };
+                if (k.kind == "import") std::erase_if(imports_, gone);
+                if (k.kind == "export") std::erase_if(exports_, gone);
+                deleted_config_.push_back(k);
+            } catch (const std::exception& e) {
+                warnings->push_back(state_file_ + ": skipped a deleted entry: " + e.what());
+            }
+        }
+        for (const auto& a : state.value("added", nlohmann::ordered_json::array())) {
+            try {
+                const std::string kind = a.at("kind").get<std::string>();
+                if (kind == "import") {
+                    ImportMapping m = import_from_json(a);
+                    m.source = MapSource::cli;
+                    check_mapping(m, cfg_);
+                    if (std::any_of(imports_.begin(), imports_.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
+                        throw MapError("port", mapping_key("import", m.proto, m.port) + " is now mapped by the config");
+                    imports_.push_back(m);
+                } else {
+                    ExportMapping m = export_from_json(a);
+                    m.source = MapSource::cli;
+                    check_mapping(m, cfg_);
+                    if (std::any_of(exports_.begin(), exports_.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
+                        throw MapError("port", mapping_key("export", m.proto, m.port) + " is now mapped by the config");
+                    exports_.push_back(m);
+                }
+            } catch (const std::exception& e) {
+                warnings->push_back(state_file_ + ": dropped a run-time mapping that no longer fits: " + e.what());
+            }
+        }
+    }
+    for (const auto& m : imports_) publish(m);
+    for (const auto& m : exports_) publish(m);
+    reclaim();
+}
+
+nlohmann::ordered_json PortMapTable::add(const ImportMapping& m_in) {
+    ImportMapping m = m_in;
+    m.source = MapSource::cli;
+    check_mapping(m, cfg_);
+    std::lock_guard lk(mu_);
+    for (const auto& o : imports_)
+        if (o.proto == m.proto && o.port == m.port)
+            throw MapError("port", mapping_key("import", m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
+    auto imports = imports_;
+    imports.push_back(m);
+    persist(imports, exports_, deleted_config_);
+    imports_ = std::move(imports);
+    publish(m);
+    reclaim();
+    return to_json(m, cfg_);
+}
+
+nlohmann::ordered_json PortMapTable::add(const ExportMapping& m_in) {
+    ExportMapping m = m_in;
+    m.source = MapSource::cli;
+    check_mapping(m, cfg_);
+    std::lock_guard lk(mu_);
+    for (const auto& o : exports_)
+        if (o.proto == m.proto && o.port == m.port)
+            throw MapError("port", mapping_key("export", m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
+    auto exports = exports_;
+    exports.push_back(m);
+    persist(imports_, exports, deleted_config_);
+    exports_ = std::move(exports);
+    publish(m);
+    reclaim();
+    return to_json(m);
+}
+
+nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Key&, const std::string&)>& match) {
+    std::lock_guard lk(mu_);
+    std::vector<ImportMapping> imports;
+    std::vector<ExportMapping> exports;
+    std::vector<Key> deleted = deleted_config_, gone;
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& m : imports_) {
+        const Key k{"import", m.proto, m.port};
+        if (!match(k, m.cluster)) {
+            imports.push_back(m);
+            continue;
+        }
+        out.push_back(to_json(m, cfg_));
+        gone.push_back(k);
+        if (m.source == MapSource::config) deleted.push_back(k);
+    }
+    for (const auto& m : exports_) {
+        const Key k{"export", m.proto, m.port};
+        if (!match(k, m.cluster)) {
+            exports.push_back(m);
+            continue;
+        }
+        out.push_back(to_json(m));
+        gone.push_back(k);
+        if (m.source == MapSource::config) deleted.push_back(k);
+    }
+    if (gone.empty()) return {{"deleted", out}};
+    persist(imports, exports, deleted);
+    imports_ = std::move(imports);
+    exports_ = std::move(exports);
+    deleted_config_ = std::move(deleted);
+    for (const Key& k : gone) unpublish(k);
+    reclaim();
+    return {{"deleted", out}};
+}
+
+nlohmann::ordered_json PortMapTable::remove(const std::string& kind, Proto proto, uint16_t port) {
+    if (kind != "import" && kind != "export") throw MapError("kind", "'" + kind + "' must be import or export");
+    nlohmann::ordered_json r = remove_if([&](const Key& k, const std::string&) { return k == Key{kind, proto, port}; });
+    if (r["deleted"].empty()) throw MapError("port", mapping_key(kind.c_str(), proto, port) + " is not mapped");
+    return r;
+}
+
+nlohmann::ordered_json PortMapTable::remove_cluster(const std::string& cluster, const std::optional<std::string>& kind) {
+    if (kind && *kind != "import" && *kind != "export") throw MapError("kind", "'" + *kind + "' must be import or export");
+    nlohmann::ordered_json r = remove_if([&](const Key& k, const std::string& c) { return c == cluster && (!kind || k.kind == *kind); });
+    if (r["deleted"].empty()) throw MapError("cluster", "'" + cluster + "' has no mappings" + (kind ? " of kind " + *kind : ""));
+    return r;
+}
+
+nlohmann::ordered_json PortMapTable::list(const std::optional<std::string>& cluster) const {
+    std::lock_guard lk(mu_);
+    nlohmann::ordered_json imports = nlohmann::ordered_json::array(), exports = nlohmann::ordered_json::array();
+    for (const auto& m : imports_)
+        if (!cluster || m.cluster == *cluster) imports.push_back(to_json(m, cfg_));
+    for (const auto& m : exports_)
+        if (!cluster || m.cluster == *cluster) exports.push_back(to_json(m));
+    return {{"imports", imports}, {"exports", exports}};
+}
+
+std::size_t PortMapTable::import_count() const {
+    std::lock_guard lk(mu_);
+    return imports_.size();
+}
+
+std::size_t PortMapTable::export_count() const {
+    std::lock_guard lk(mu_);
+    return exports_.size();
+}
+
+nlohmann::ordered_json PortMapTable::handle(const nlohmann::ordered_json& req) {
+    const std::string cmd = req.at("cmd").get<std::string>();
+    const auto opt_string = [&](const char* name) -> std::optional<std::string> {
+        if (!req.contains(name)) return std::nullopt;
+        if (!req[name].is_string()) throw MapError(name, "must be a string");
+        return req[name].get<std::string>();
+    };
+    if (cmd == "map_list") return list(opt_string("cluster"));
+    if (cmd == "map_add") {
+        const auto kind = opt_string("kind");
+        if (kind == "import") return add(import_from_json(req));
+        if (kind == "export") return add(export_from_json(req));
+        throw MapError("kind", "must be import or export");
+    }
+    if (cmd == "map_del") {
+        if (const auto cluster = opt_string("cluster")) return remove_cluster(*cluster, opt_string("kind"));
+        const auto kind = opt_string("kind");
+        if (!kind) throw MapError("kind", "missing (or give cluster)");
+        return remove(*kind, proto_from_json(req, "proto"), port_from_json(req, "port"));
+    }
+    throw MapError("cmd", "'" + cmd + "' is not a mapping command");
+}
+
+}  // namespace fedgate

@@ -1,0 +1,76 @@
+// The port-map tables as the control threads own them: every import and export mapping, where it
+// came from, checks for conflicts, the state file that makes run-time changes survive a restart,
+// and publication to the data plane's PortMapView with RCU reclamation of replaced rules.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controlplane/config.hpp"
+#include "controlplane/mapping.hpp"
+#include "dataplane/portmap.hpp"
+
+struct rte_rcu_qsbr;
+
+namespace fedgate {
+
+class PortMapTable {
+public:
+    // `state_file` holds the run-time changes (added mappings; config mappings deleted at run time).
+    // `rcu` may be null when no lcore reads the view (tests).
+    PortMapTable(const Config& cfg, PortMapView& view, rte_rcu_qsbr* rcu, std::string state_file);
+    ~PortMapTable();
+
+    // Config mappings, less those deleted at run time, plus those added at run time, all published.
+    // A state file that no longer fits the config (a peer gone, a port now taken) loses the entries
+    // that do not fit, each named in `warnings`; an unreadable one is an error (throws).
+    void load(std::vector<std::string>* warnings);
+
+    // Each throws MapError naming the field when refused; then nothing has changed, on disk or in
+    // the data plane. On success the change is on disk (fsync'd) before it is published.
+    nlohmann::ordered_json add(const ImportMapping& m);
+    nlohmann::ordered_json add(const ExportMapping& m);
+    // kind: "import" or "export". Returns the deleted mappings (empty array: nothing matched).
+    nlohmann::ordered_json remove(const std::string& kind, Proto proto, uint16_t port);
+    nlohmann::ordered_json remove_cluster(const std::string& cluster, const std::optional<std::string>& kind);
+    nlohmann::ordered_json list(const std::optional<std::string>& cluster) const;
+
+    // The management requests map_add, map_del, map_list.
+    nlohmann::ordered_json handle(const nlohmann::ordered_json& request);
+
+    std::size_t import_count() const;
+    std::size_t export_count() const;
+
+private:
+    struct Key {
+        std::string kind;
+        Proto proto;
+        uint16_t port;
+        bool operator==(const Key&) const = default;
+    };
+
+    void persist(const std::vector<ImportMapping>& imports, const std::vector<ExportMapping>& exports,
+                 const std::vector<Key>& deleted) const;
+    void publish(const ImportMapping& m);
+    void publish(const ExportMapping& m);
+    void unpublish(const Key& k);
+    void reclaim();  // waits for a grace period, then frees what was replaced
+    nlohmann::ordered_json remove_if(const std::function<bool(const Key&, const std::string& cluster)>& match);
+
+    const Config& cfg_;
+    PortMapView& view_;
+    rte_rcu_qsbr* rcu_;
+    std::string state_file_;
+    mutable std::mutex mu_;
+    std::vector<ImportMapping> imports_;
+    std::vector<ExportMapping> exports_;
+    std::vector<Key> deleted_config_;  // config mappings removed at run time
+    std::vector<const ImportRule*> retired_imports_;
+    std::vector<const ExportRule*> retired_exports_;
+};
+
+}  // namespace fedgate

@@ -1,0 +1,241 @@
+// Full NAT for the port-map proxy: session lookup, session creation from import/export rules, and
+// the incremental rewrite.
+#include "dataplane/nat.hpp"
+
+#include <rte_byteorder.h>
+#include <rte_ip.h>
+#include <rte_tcp.h>
+
+#include <cstring>
+
+#include "dataplane/checksum.hpp"
+
+namespace fedgate {
+namespace {
+
+constexpr uint8_t kTcpFin = 0x01, kTcpSyn = 0x02, kTcpRst = 0x04, kTcpAck = 0x10;
+enum SessionKind : uint8_t { kImport = 0, kExport = 1 };
+
+L4Proto l4_of(uint8_t ip_proto) { return ip_proto == kIpProtoTcp ? L4Proto::tcp : L4Proto::udp; }
+
+}  // namespace
+
+PortPool::PortPool(uint16_t lo, uint16_t hi, uint16_t stride, uint16_t offset) {
+    for (uint32_t p = lo; p <= hi; ++p)
+        if (p % stride == offset) ring_.push_back(rte_cpu_to_be_16(static_cast<uint16_t>(p)));
+    count_ = static_cast<uint32_t>(ring_.size());
+}
+
+bool PortPool::take(uint16_t* port_be) {
+    if (count_ == 0) return false;
+    *port_be = ring_[head_];
+    head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
+    --count_;
+    return true;
+}
+
+void PortPool::give(uint16_t port_be) {
+    if (count_ == ring_.size()) return;  // not ours to take back
+    uint32_t tail = head_ + count_;
+    if (tail >= ring_.size()) tail -= static_cast<uint32_t>(ring_.size());
+    ring_[tail] = port_be;
+    ++count_;
+}
+
+Nat::Nat(const NatConfig& cfg, std::vector<NatPort> ports, const PortMapView* maps, RouteFn route, const void* route_ctx)
+    : cfg_(cfg), ports_(std::move(ports)), maps_(maps), route_(route), route_ctx_(route_ctx), sessions_(cfg.max_sessions) {
+    for (auto& by_proto : pools_)
+        for (auto& pool : by_proto) pool = PortPool(cfg.port_lo, cfg.port_hi);
+}
+
+int Nat::port_index(bool external) const {
+    for (std::size_t i = 0; i < ports_.size(); ++i)
+        if (ports_[i].external == external) return static_cast<int>(i);
+    return -1;
+}
+
+void Nat::prepare(const FlowKey& key, NatRewrite& rw) {
+    ChecksumDelta l3;
+    l3.change32(key.src, rw.src);
+    l3.change32(key.dst, rw.dst);
+    rw.l3_delta = l3.folded();
+    ChecksumDelta l4;
+    l4.add(rw.l3_delta);  // the pseudo-header carries the same addresses
+    l4.change(key.sport, rw.sport);
+    l4.change(key.dport, rw.dport);
+    rw.l4_delta = l4.folded();
+}
+
+void Nat::apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrite& rw) {
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
+    uint16_t ttl_proto_old, ttl_proto_new;
+    std::memcpy(&ttl_proto_old, &ip->time_to_live, 2);
+    --ip->time_to_live;
+    std::memcpy(&ttl_proto_new, &ip->time_to_live, 2);
+    ip->src_addr = rw.src;
+    ip->dst_addr = rw.dst;
+    ip->hdr_checksum = checksum_adjust(checksum_add(ip->hdr_checksum, rw.l3_delta), ttl_proto_old, ttl_proto_new);
+
+    uint8_t* l4 = l3 + ihl;
+    std::memcpy(l4, &rw.sport, 2);
+    std::memcpy(l4 + 2, &rw.dport, 2);
+    uint16_t* csum = reinterpret_cast<uint16_t*>(l4 + (proto == kIpProtoTcp ? 16 : 6));
+    uint16_t c;
+    std::memcpy(&c, csum, 2);
+    if (proto == kIpProtoUdp && c == 0) return;  // UDP without a checksum stays without one
+    c = checksum_add(c, rw.l4_delta);
+    if (proto == kIpProtoUdp && c == 0) c = 0xffff;  // 0 means "none" in UDP
+    std::memcpy(csum, &c, 2);
+}
+
+void Nat::track(Session& s, uint8_t dir, const uint8_t* l4, uint8_t proto, uint64_t now_ms) {
+    s.last_seen_ms = now_ms;
+    if (proto != kIpProtoTcp) {
+        s.timeout_ms = cfg_.timeouts.udp_ms;
+        return;
+    }
+    const uint8_t flags = l4[13];
+    if (flags & kTcpRst) s.tcp_rst = true;
+    if (flags & kTcpFin) s.tcp_fin |= static_cast<uint8_t>(1u << dir);
+    if (dir == 1) s.replied = true;
+    s.timeout_ms = s.tcp_rst || s.tcp_fin == 3 ? cfg_.timeouts.tcp_closing_ms
+                   : s.replied                 ? cfg_.timeouts.tcp_established_ms
+                                               : cfg_.timeouts.tcp_transitory_ms;
+}
+
+Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms) {
+    Verdict v;
+    const FlowKey k{p.src_ip, p.dst_ip, p.src_port, p.dst_port, p.ip_proto, {0, 0, 0}};
+    const uint16_t ihl = static_cast<uint16_t>(p.l4_offset - p.l3_offset);
+    uint8_t* l4 = l3 + ihl;
+    Session* s = nullptr;
+    uint8_t dir = 0;
+
+    if (const SessionTable::Hit hit = sessions_.find(k); hit.session != nullptr) {
+        s = hit.session;
+        dir = hit.dir;
+    } else {
+        // Only a packet to the receiving port's own address can open a session, and only through a
+        // rule of that port's kind: imports on internal ports, exports on the external one.
+        if (k.dst != ports_[in_port].addr) return v;
+        const L4Proto proto = l4_of(p.ip_proto);
+        const bool external = ports_[in_port].external;
+        const ImportRule* ir = external ? nullptr : maps_->import_rule(proto, k.dport);
+        const ExportRule* er = external ? maps_->export_rule(proto, k.dport) : nullptr;
+        if (ir == nullptr && er == nullptr) return v;
+        DropReason why = DropReason::none;
+        if (l3[8] <= 1)
+            why = DropReason::ttl_expired;
+        else if (p.ip_proto == kIpProtoTcp && (l4[13] & (kTcpSyn | kTcpAck | kTcpRst)) != kTcpSyn)
+            why = DropReason::tcp_no_session;  // only a SYN opens a TCP session
+        else
+            s = er != nullptr ? open_export(k, in_port, *er, now_ms, &why) : open_import(k, in_port, *ir, now_ms, &why);
+        if (s == nullptr) {
+            v.kind = Verdict::Kind::drop;
+            v.reason = why;
+            return v;
+        }
+    }
+
+    if (l3[8] <= 1) {  // TTL: the packet would leave with 0
+        v.kind = Verdict::Kind::drop;
+        v.reason = DropReason::ttl_expired;
+        return v;
+    }
+    track(*s, dir, l4, p.ip_proto, now_ms);
+    const NatRewrite& rw = s->rw[dir];
+    apply(l3, ihl, p.ip_proto, rw);
+    counters_.translated.add();
+    v.kind = Verdict::Kind::forward;
+    v.out_port = rw.out_port;
+    v.next_hop = rw.next_hop;
+    return v;
+}
+
+Session* Nat::open_import(const FlowKey& k, uint16_t in_port, const ImportRule& r, uint64_t now_ms, DropReason* why) {
+    if (!r.allows(k.src)) {
+        *why = DropReason::map_source_denied;
+        return nullptr;
+    }
+    const int ext = port_index(true);
+    NatRewrite out;
+    uint32_t hop = 0;
+    const int out_port = ext < 0 ? -1 : route_(route_ctx_, r.peer_addr, &hop);
+    uint32_t back_hop = 0;
+    if (out_port < 0 || route_(route_ctx_, k.src, &back_hop) < 0) {
+        *why = DropReason::no_route;
+        return nullptr;
+    }
+    out.src = ports_[ext].addr;
+    out.dst = r.peer_addr;
+    out.dport = r.peer_port;
+    out.out_port = static_cast<uint16_t>(out_port);
+    out.next_hop = hop;
+    return open(k, out, in_port, back_hop, Pool::external, kImport, now_ms, why);
+}
+
+Session* Nat::open_export(const FlowKey& k, uint16_t in_port, const ExportRule& r, uint64_t now_ms, DropReason* why) {
+    if (!r.allows(k.src)) {
+        *why = DropReason::map_peer_denied;
+        return nullptr;
+    }
+    NatRewrite out;
+    uint32_t hop = 0, back_hop = 0;
+    const int out_port = route_(route_ctx_, r.node_addr, &hop);
+    if (out_port < 0 || ports_[out_port].external || route_(route_ctx_, k.src, &back_hop) < 0) {
+        *why = DropReason::no_route;
+        return nullptr;
+    }
+    out.src = ports_[out_port].addr;
+    out.dst = r.node_addr;
+    out.dport = r.node_port;
+    out.out_port = static_cast<uint16_t>(out_port);
+    out.next_hop = hop;
+    return open(k, out, in_port, back_hop, Pool::internal, kExport, now_ms, why);
+}
+
+Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port, uint32_t reply_hop, Pool pool,
+                   uint8_t kind, uint64_t now_ms, DropReason* why) {
+    PortPool& ports = pools_[static_cast<int>(pool)][static_cast<int>(l4_of(k.proto))];
+    uint16_t sport;
+    if (!ports.take(&sport)) {
+        counters_.port_alloc_miss.add();
+        *why = DropReason::nat_ports_exhausted;
+        return nullptr;
+    }
+    const FlowKey reverse{out.dst, out.src, out.dport, sport, k.proto, {0, 0, 0}};
+    Session* s = sessions_.insert(k, reverse);
+    if (s == nullptr) {
+        ports.give(sport);
+        counters_.sessions_refused_full.add();
+        *why = DropReason::session_table_full;
+        return nullptr;
+    }
+    s->rw[0] = out;
+    s->rw[0].sport = sport;
+    prepare(k, s->rw[0]);
+    NatRewrite& back = s->rw[1];
+    back.src = k.dst;
+    back.dst = k.src;
+    back.sport = k.dport;
+    back.dport = k.sport;
+    back.out_port = reply_port;
+    back.next_hop = reply_hop;
+    prepare(reverse, back);
+    s->alloc_port = sport;
+    s->alloc_pool = static_cast<uint8_t>(pool);
+    s->kind = kind;
+    s->last_seen_ms = now_ms;
+    counters_.sessions_created.add();
+    return s;
+}
+
+uint32_t Nat::expire(uint64_t now_ms, uint32_t budget) {
+    const uint32_t n = sessions_.sweep(now_ms, budget, [this](Session& s) {
+        pools_[s.alloc_pool][static_cast<int>(l4_of(s.key[0].proto))].give(s.alloc_port);
+    });
+    counters_.sessions_expired.add(n);
+    return n;
+}
+
+}  // namespace fedgate

@@ -1,0 +1,109 @@
+// The port-map proxy's data path on one lcore: full NAT in both directions. A packet either belongs
+// to a session (lookup by its flow key, then the session's precomputed rewrite) or opens one through
+// an import or export rule; everything else is left to the caller.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dataplane/counters.hpp"
+#include "dataplane/drop_reason.hpp"
+#include "dataplane/packet.hpp"
+#include "dataplane/portmap.hpp"
+#include "dataplane/session_table.hpp"
+
+namespace fedgate {
+
+// Free ports of one (address, protocol): FIFO, so a port just released is the last to be reused.
+class PortPool {
+public:
+    PortPool() = default;
+    // Ports lo..hi (host order) whose index matches this lcore's share: p % stride == offset.
+    PortPool(uint16_t lo, uint16_t hi, uint16_t stride = 1, uint16_t offset = 0);
+    bool take(uint16_t* port_be);   // network order out
+    void give(uint16_t port_be);
+    uint32_t free_count() const { return count_; }
+    uint32_t size() const { return static_cast<uint32_t>(ring_.size()); }
+
+private:
+    std::vector<uint16_t> ring_;  // network order
+    uint32_t head_ = 0, count_ = 0;
+};
+
+struct NatTimeouts {
+    uint32_t tcp_established_ms = 7'440'000;
+    uint32_t tcp_transitory_ms = 240'000;
+    uint32_t udp_ms = 300'000;
+    uint32_t tcp_closing_ms = 10'000;  // after FIN from both sides, or RST
+};
+
+struct NatConfig {
+    uint32_t max_sessions = 262144;
+    uint16_t port_lo = 20000, port_hi = 59999;  // host order
+    NatTimeouts timeouts;
+};
+
+// One gateway port as the NAT sees it; addresses network order.
+struct NatPort {
+    bool external = false;
+    uint32_t addr = 0;
+};
+
+struct alignas(64) NatCounters {
+    Counter sessions_created, sessions_expired, sessions_refused_full;
+    Counter port_alloc_miss;
+    Counter translated;
+};
+
+class Nat {
+public:
+    enum class Pool : uint8_t { external = 0, internal = 1 };
+
+    struct Verdict {
+        enum class Kind : uint8_t { not_nat, forward, drop } kind = Kind::not_nat;
+        DropReason reason = DropReason::none;
+        uint16_t out_port = 0;
+        uint32_t next_hop = 0;
+    };
+
+    // `route(dst, &next_hop)` gives the port index and next hop for a destination (network order).
+    using RouteFn = int (*)(const void* ctx, uint32_t dst, uint32_t* next_hop);
+
+    Nat(const NatConfig& cfg, std::vector<NatPort> ports, const PortMapView* maps, RouteFn route, const void* route_ctx);
+
+    // Called for TCP/UDP IPv4 packets that are not fragments. Rewrites the packet in place (headers
+    // at `l3`, `p` describes them) when it forwards.
+    Verdict handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms);
+
+    // Expires idle sessions, looking at up to `budget` of them.
+    uint32_t expire(uint64_t now_ms, uint32_t budget);
+
+    const NatCounters& counters() const { return counters_; }
+    const SessionTable& sessions() const { return sessions_; }
+    const PortPool& pool(Pool p, L4Proto proto) const { return pools_[static_cast<int>(p)][static_cast<int>(proto)]; }
+    uint32_t session_count() const { return sessions_.size(); }
+
+    // The rewrite a session applies to packets matching `key` to become `rw`: fills the deltas.
+    static void prepare(const FlowKey& key, NatRewrite& rw);
+    // Applies `rw` to an IPv4 packet with its TCP/UDP header at l3 + ihl; decrements the TTL.
+    static void apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrite& rw);
+
+private:
+    Session* open_import(const FlowKey& k, uint16_t in_port, const ImportRule& r, uint64_t now_ms, DropReason* why);
+    Session* open_export(const FlowKey& k, uint16_t in_port, const ExportRule& r, uint64_t now_ms, DropReason* why);
+    Session* open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port, uint32_t reply_hop, Pool pool,
+                  uint8_t kind, uint64_t now_ms, DropReason* why);
+    void track(Session& s, uint8_t dir, const uint8_t* l4, uint8_t proto, uint64_t now_ms);
+    int port_index(bool external) const;
+
+    NatConfig cfg_;
+    std::vector<NatPort> ports_;
+    const PortMapView* maps_;
+    RouteFn route_;
+    const void* route_ctx_;
+    SessionTable sessions_;
+    PortPool pools_[2][kL4Protos];
+    NatCounters counters_;
+};
+
+}  // namespace fedgate

@@ -1,0 +1,120 @@
+// Session table: a fixed pool of sessions, each indexed twice in an open-addressing table (linear
+// probing, backward-shift deletion, no tombstones) keyed by CRC32 of the flow key.
+#include "dataplane/session_table.hpp"
+
+#include <rte_hash_crc.h>
+
+#include <bit>
+#include <functional>
+#include <stdexcept>
+
+namespace fedgate {
+
+namespace {
+
+constexpr uint32_t kMaxSessions = 16u << 20;
+constexpr uint32_t kHashSeed = 0x5e55'10f5;
+
+}  // namespace
+
+SessionTable::SessionTable(uint32_t max_sessions) {
+    if (max_sessions == 0) throw std::invalid_argument("session table: max_sessions must be positive");
+    if (max_sessions > kMaxSessions) throw std::invalid_argument("session table: max_sessions above 16M");
+    pool_.resize(max_sessions);
+    free_.resize(max_sessions);
+    // Popped from the back: hand out index 0 first so a fresh table fills in pool order.
+    for (uint32_t i = 0; i < max_sessions; ++i) free_[i] = max_sessions - 1 - i;
+    // Two keys per session at a load of at most 3/4, so a probe always meets an empty slot.
+    const uint64_t keys = 2ull * max_sessions;
+    const uint64_t slots = std::bit_ceil(keys + (keys + 2) / 3);
+    slots_.resize(slots);
+    mask_ = static_cast<uint32_t>(slots - 1);
+}
+
+uint32_t SessionTable::hash_of(const FlowKey& k) {
+    // operator== ignores the pad, so the hash must too, even if a caller left garbage in it.
+    FlowKey canon = k;
+    canon.pad[0] = canon.pad[1] = canon.pad[2] = 0;
+    return rte_hash_crc(&canon, sizeof canon, kHashSeed);
+}
+
+SessionTable::Hit SessionTable::find(const FlowKey& k) {
+    const uint32_t h = hash_of(k);
+    for (uint32_t i = h & mask_;; i = (i + 1) & mask_) {
+        const Slot& s = slots_[i];
+        if (s.ref == kEmpty) return {};
+        if (s.hash == h) {
+            Session& sess = pool_[s.ref >> 1];
+            if (sess.key[s.ref & 1] == k) return {&sess, static_cast<uint8_t>(s.ref & 1)};
+        }
+    }
+}
+
+bool SessionTable::index(const FlowKey& k, uint32_t ref) {
+    const uint32_t h = hash_of(k);
+    uint32_t i = h & mask_;
+    for (; slots_[i].ref != kEmpty; i = (i + 1) & mask_) {
+        const Slot& s = slots_[i];
+        if (s.hash == h && pool_[s.ref >> 1].key[s.ref & 1] == k) return false;
+    }
+    slots_[i] = {h, ref};
+    return true;
+}
+
+void SessionTable::unindex(const FlowKey& k) {
+    const uint32_t h = hash_of(k);
+    uint32_t hole = h & mask_;
+    for (;; hole = (hole + 1) & mask_) {
+        const Slot& s = slots_[hole];
+        if (s.ref == kEmpty) return;  // not indexed
+        if (s.hash == h && pool_[s.ref >> 1].key[s.ref & 1] == k) break;
+    }
+    slots_[hole] = Slot{};
+    // Shift later members of the probe chain back so lookups never stop at the hole early.
+    for (uint32_t j = (hole + 1) & mask_; slots_[j].ref != kEmpty; j = (j + 1) & mask_) {
+        const uint32_t home = slots_[j].hash & mask_;
+        // Move j into the hole if its home is not in the cyclic range (hole, j].
+        const bool home_between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!home_between) {
+            slots_[hole] = slots_[j];
+            slots_[j] = Slot{};
+            hole = j;
+        }
+    }
+}
+
+Session* SessionTable::insert(const FlowKey& forward, const FlowKey& reverse) {
+    if (free_.empty() || forward == reverse) return nullptr;
+    const uint32_t idx = free_.back();
+    Session& s = pool_[idx];
+    s = Session{};
+    s.key[0] = forward;
+    s.key[1] = reverse;
+    // index() refuses a key already present; undo the first key if the second is refused. Removing
+    // the entry just added puts every other slot back where it was (nothing probed past it).
+    if (index(forward, idx << 1)) {
+        if (index(reverse, idx << 1 | 1)) {
+            s.in_use = true;
+            free_.pop_back();
+            ++used_;
+            return &s;
+        }
+        unindex(forward);
+    }
+    s = Session{};
+    return nullptr;
+}
+
+void SessionTable::erase(Session* s) {
+    // Defensive: ignore null, foreign pointers and sessions already free (e.g. erased by on_expire).
+    if (std::less<const Session*>{}(s, pool_.data()) ||
+        !std::less<const Session*>{}(s, pool_.data() + pool_.size()) || !s->in_use)
+        return;
+    unindex(s->key[0]);
+    unindex(s->key[1]);
+    *s = Session{};
+    free_.push_back(static_cast<uint32_t>(s - pool_.data()));
+    --used_;
+}
+
+}  // namespace fedgate

@@ -1,0 +1,466 @@
+// The NAT session table: both directions indexed, all-or-nothing insert, erase, idle sweep with a
+// budget and a cursor, visit, and a randomised check of the open-addressing index against a std::map.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "dataplane/session_table.hpp"
+
+namespace {
+
+using fedgate::FlowKey;
+using fedgate::Session;
+using fedgate::SessionTable;
+
+constexpr uint8_t kTcp = 6;
+constexpr uint8_t kUdp = 17;
+
+// A distinct flow per id (the id is in the source address), network order as the data plane keeps it.
+FlowKey key(uint32_t id, uint8_t proto = kUdp) {
+    FlowKey k;
+    k.src = htonl(0xC6120000u | id);  // 198.18.x.x
+    k.dst = htonl(0xC6130001u);       // 198.19.0.1
+    k.sport = htons(static_cast<uint16_t>(1024 + id % 7));
+    k.dport = htons(53);
+    k.proto = proto;
+    return k;
+}
+
+// The reply direction of key(id): addresses and ports swapped.
+FlowKey reply(uint32_t id, uint8_t proto = kUdp) {
+    const FlowKey f = key(id, proto);
+    FlowKey r;
+    r.src = f.dst;
+    r.dst = f.src;
+    r.sport = f.dport;
+    r.dport = f.sport;
+    r.proto = f.proto;
+    return r;
+}
+
+bool is_zeroed_apart_from_keys(const Session& s) {
+    Session expect{};
+    expect.key[0] = s.key[0];
+    expect.key[1] = s.key[1];
+    expect.in_use = true;
+    // Field by field: Session has padding, so no memcmp.
+    for (int d = 0; d < 2; ++d) {
+        const auto& a = s.rw[d];
+        const auto& b = expect.rw[d];
+        if (a.src != b.src || a.dst != b.dst || a.sport != b.sport || a.dport != b.dport ||
+            a.next_hop != b.next_hop || a.out_port != b.out_port || a.l3_delta != b.l3_delta ||
+            a.l4_delta != b.l4_delta)
+            return false;
+    }
+    return s.last_seen_ms == 0 && s.timeout_ms == 0 && s.alloc_port == 0 && s.alloc_pool == 0 && s.kind == 0 &&
+           s.tcp_fin == 0 && !s.tcp_rst && !s.replied && s.in_use;
+}
+
+TEST(SessionTable, ConstructorRejectsZeroAndMoreThan16M) {
+    EXPECT_THROW(SessionTable(0), std::invalid_argument);
+    EXPECT_THROW(SessionTable((16u << 20) + 1), std::invalid_argument);
+    SessionTable t(1);
+    EXPECT_EQ(t.capacity(), 1u);
+    EXPECT_EQ(t.size(), 0u);
+}
+
+TEST(SessionTable, InsertIndexesBothDirectionsWithTheirDir) {
+    SessionTable t(16);
+    Session* s = t.insert(key(1), reply(1));
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(t.size(), 1u);
+    EXPECT_TRUE(s->key[0] == key(1));
+    EXPECT_TRUE(s->key[1] == reply(1));
+    EXPECT_TRUE(is_zeroed_apart_from_keys(*s));
+
+    const SessionTable::Hit fwd = t.find(key(1));
+    EXPECT_EQ(fwd.session, s);
+    EXPECT_EQ(fwd.dir, 0);
+    const SessionTable::Hit rev = t.find(reply(1));
+    EXPECT_EQ(rev.session, s);
+    EXPECT_EQ(rev.dir, 1);
+}
+
+TEST(SessionTable, UnknownKeyIsNotFound) {
+    SessionTable t(16);
+    EXPECT_EQ(t.find(key(1)).session, nullptr);
+    ASSERT_NE(t.insert(key(1), reply(1)), nullptr);
+    EXPECT_EQ(t.find(key(2)).session, nullptr);
+    EXPECT_EQ(t.find(reply(2)).session, nullptr);
+    EXPECT_EQ(t.find(key(1, kTcp)).session, nullptr);
+}
+
+TEST(SessionTable, ReusedSessionStartsZeroed) {
+    SessionTable t(1);
+    Session* s = t.insert(key(1), reply(1));
+    ASSERT_NE(s, nullptr);
+    s->rw[0].src = 1;
+    s->rw[1].l4_delta = 2;
+    s->last_seen_ms = 3;
+    s->timeout_ms = 4;
+    s->alloc_port = 5;
+    s->alloc_pool = 6;
+    s->kind = 7;
+    s->tcp_fin = 3;
+    s->tcp_rst = true;
+    s->replied = true;
+    t.erase(s);
+    Session* again = t.insert(key(2), reply(2));
+    ASSERT_EQ(again, s);  // the only slot
+    EXPECT_TRUE(is_zeroed_apart_from_keys(*again));
+}
+
+TEST(SessionTable, DuplicateKeyIsRefusedAndNothingChanges) {
+    SessionTable t(16);
+    Session* s = t.insert(key(1), reply(1));
+    ASSERT_NE(s, nullptr);
+    s->last_seen_ms = 42;
+
+    EXPECT_EQ(t.insert(key(1), reply(2)), nullptr);  // forward taken as forward
+    EXPECT_EQ(t.insert(key(2), reply(1)), nullptr);  // reverse taken as reverse
+    EXPECT_EQ(t.insert(reply(1), key(2)), nullptr);  // forward taken as someone's reverse
+    EXPECT_EQ(t.insert(key(2), key(1)), nullptr);    // reverse taken as someone's forward
+    EXPECT_EQ(t.insert(key(1), reply(1)), nullptr);  // both
+    EXPECT_EQ(t.insert(key(3), key(3)), nullptr);    // a session cannot hold one key twice
+
+    EXPECT_EQ(t.size(), 1u);
+    EXPECT_EQ(t.find(key(2)).session, nullptr);
+    EXPECT_EQ(t.find(reply(2)).session, nullptr);
+    EXPECT_EQ(t.find(key(3)).session, nullptr);
+    EXPECT_EQ(t.find(key(1)).session, s);
+    EXPECT_EQ(t.find(reply(1)).session, s);
+    EXPECT_EQ(t.find(reply(1)).dir, 1);
+    EXPECT_EQ(s->last_seen_ms, 42u);
+    EXPECT_TRUE(s->key[0] == key(1));
+    EXPECT_TRUE(s->key[1] == reply(1));
+
+    // The refused attempts took no pool slot: all 15 others are still there.
+    for (uint32_t id = 10; id < 25; ++id) EXPECT_NE(t.insert(key(id), reply(id)), nullptr) << id;
+    EXPECT_EQ(t.size(), 16u);
+}
+
+TEST(SessionTable, FullTableRefusesNewSessionsAndKeepsOldOnes) {
+    constexpr uint32_t kCap = 32;
+    SessionTable t(kCap);
+    std::vector<Session*> made;
+    for (uint32_t id = 0; id < kCap; ++id) {
+        Session* s = t.insert(key(id), reply(id));
+        ASSERT_NE(s, nullptr) << id;
+        s->last_seen_ms = id;
+        made.push_back(s);
+    }
+    EXPECT_EQ(std::set<Session*>(made.begin(), made.end()).size(), kCap);
+
+    EXPECT_EQ(t.insert(key(100), reply(100)), nullptr);
+    EXPECT_EQ(t.size(), kCap);
+    EXPECT_EQ(t.find(key(100)).session, nullptr);
+    EXPECT_EQ(t.find(reply(100)).session, nullptr);
+    for (uint32_t id = 0; id < kCap; ++id) {
+        EXPECT_EQ(t.find(key(id)).session, made[id]);
+        EXPECT_EQ(t.find(reply(id)).session, made[id]);
+        EXPECT_EQ(t.find(reply(id)).dir, 1);
+        EXPECT_EQ(made[id]->last_seen_ms, id);
+    }
+}
+
+TEST(SessionTable, EraseFreesTheSlotAndBothKeys) {
+    SessionTable t(2);
+    Session* a = t.insert(key(1), reply(1));
+    Session* b = t.insert(key(2), reply(2));
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(t.insert(key(3), reply(3)), nullptr);
+
+    t.erase(a);
+    EXPECT_EQ(t.size(), 1u);
+    EXPECT_FALSE(a->in_use);
+    EXPECT_EQ(t.find(key(1)).session, nullptr);
+    EXPECT_EQ(t.find(reply(1)).session, nullptr);
+    EXPECT_EQ(t.find(key(2)).session, b);
+    EXPECT_EQ(t.find(reply(2)).session, b);
+
+    Session* c = t.insert(key(3), reply(3));
+    EXPECT_EQ(c, a);  // the freed slot
+    EXPECT_EQ(t.find(reply(3)).session, c);
+
+    // The freed keys can be used again, by a new session.
+    t.erase(b);
+    Session* d = t.insert(reply(2), key(2));
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(t.find(key(2)).dir, 1);
+}
+
+TEST(SessionTable, ErasingAFreeSessionChangesNothing) {
+    SessionTable t(4);
+    Session* a = t.insert(key(1), reply(1));
+    Session* b = t.insert(key(2), reply(2));
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    t.erase(a);
+    t.erase(a);  // twice
+    t.erase(nullptr);
+    Session outside{};
+    outside.in_use = true;
+    outside.key[0] = key(2);
+    outside.key[1] = reply(2);
+    t.erase(&outside);  // not one of ours, though its keys are
+    EXPECT_EQ(t.size(), 1u);
+    EXPECT_EQ(t.find(key(2)).session, b);
+    EXPECT_EQ(t.find(reply(2)).session, b);
+    // The free stack holds each slot once: exactly three more fit.
+    EXPECT_NE(t.insert(key(3), reply(3)), nullptr);
+    EXPECT_NE(t.insert(key(4), reply(4)), nullptr);
+    EXPECT_NE(t.insert(key(5), reply(5)), nullptr);
+    EXPECT_EQ(t.insert(key(6), reply(6)), nullptr);
+    EXPECT_EQ(t.size(), 4u);
+}
+
+TEST(SessionTable, SweepExpiresExactlyTheIdleOnes) {
+    SessionTable t(8);
+    // id: last_seen, timeout. Expired at now=1000 iff last_seen + timeout <= 1000.
+    const std::vector<std::pair<uint64_t, uint32_t>> times = {
+        {0, 999}, {0, 1000}, {0, 1001}, {500, 500}, {500, 501}, {1000, 0}, {1000, 1}, {0, 0}};
+    std::vector<Session*> made;
+    for (uint32_t id = 0; id < times.size(); ++id) {
+        Session* s = t.insert(key(id), reply(id));
+        ASSERT_NE(s, nullptr);
+        s->last_seen_ms = times[id].first;
+        s->timeout_ms = times[id].second;
+        made.push_back(s);
+    }
+    std::vector<uint32_t> expired_src;
+    const uint32_t n = t.sweep(1000, 100, [&](Session& s) { expired_src.push_back(ntohl(s.key[0].src) & 0xffff); });
+    EXPECT_EQ(n, 5u);
+    EXPECT_EQ(expired_src, (std::vector<uint32_t>{0, 1, 3, 5, 7}));  // pool order
+    EXPECT_EQ(t.size(), 3u);
+    for (uint32_t id : {0u, 1u, 3u, 5u, 7u}) {
+        EXPECT_EQ(t.find(key(id)).session, nullptr) << id;
+        EXPECT_EQ(t.find(reply(id)).session, nullptr) << id;
+    }
+    for (uint32_t id : {2u, 4u, 6u}) {
+        EXPECT_EQ(t.find(key(id)).session, made[id]) << id;
+        EXPECT_EQ(t.find(reply(id)).session, made[id]) << id;
+    }
+}
+
+TEST(SessionTable, SweepCallsOnExpireBeforeErase) {
+    SessionTable t(4);
+    Session* s = t.insert(key(1), reply(1));
+    ASSERT_NE(s, nullptr);
+    s->alloc_port = htons(40000);
+    int calls = 0;
+    t.sweep(10, 4, [&](Session& e) {
+        ++calls;
+        EXPECT_EQ(&e, s);
+        EXPECT_TRUE(e.in_use);
+        EXPECT_EQ(e.alloc_port, htons(40000));  // still there for the caller to give back
+        EXPECT_EQ(t.find(key(1)).session, s);
+        EXPECT_EQ(t.find(reply(1)).session, s);
+    });
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(t.size(), 0u);
+    EXPECT_EQ(t.find(key(1)).session, nullptr);
+}
+
+TEST(SessionTable, SweepMayEraseInOnExpire) {
+    SessionTable t(4);
+    ASSERT_NE(t.insert(key(1), reply(1)), nullptr);
+    ASSERT_NE(t.insert(key(2), reply(2)), nullptr);
+    EXPECT_EQ(t.sweep(10, 4, [&](Session& e) { t.erase(&e); }), 2u);
+    EXPECT_EQ(t.size(), 0u);
+    // Each slot went back on the free stack once.
+    for (uint32_t id = 3; id < 7; ++id) EXPECT_NE(t.insert(key(id), reply(id)), nullptr);
+    EXPECT_EQ(t.insert(key(7), reply(7)), nullptr);
+}
+
+TEST(SessionTable, SweepRespectsTheBudgetAndContinuesFromTheCursor) {
+    SessionTable t(8);
+    for (uint32_t id = 0; id < 8; ++id) {
+        Session* s = t.insert(key(id), reply(id));
+        ASSERT_NE(s, nullptr);
+        s->timeout_ms = 100;
+    }
+    std::vector<uint32_t> seen;
+    auto note = [&](Session& s) { seen.push_back(ntohl(s.key[0].src) & 0xffff); };
+    EXPECT_EQ(t.sweep(100, 3, note), 3u);
+    EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2}));
+    EXPECT_EQ(t.sweep(100, 3, note), 3u);
+    EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(t.size(), 2u);
+
+    // Cursor is at 6. Refill pool slots 0..5 (the free stack hands out the last freed first: ids 10..15
+    // land in slots 5..0); the next sweep of 4 looks at slots 6, 7, 0, 1, across the end of the pool.
+    seen.clear();
+    for (uint32_t id = 10; id < 16; ++id) {
+        Session* s = t.insert(key(id), reply(id));
+        ASSERT_NE(s, nullptr);
+        s->timeout_ms = 100;
+    }
+    EXPECT_EQ(t.size(), 8u);
+    uint32_t sweep_expired = t.sweep(100, 4, note);
+    EXPECT_EQ(sweep_expired, 4u);
+    ASSERT_EQ(seen.size(), 4u);
+    EXPECT_EQ(seen[0], 6u);
+    EXPECT_EQ(seen[1], 7u);
+    EXPECT_EQ(seen[2], 15u);
+    EXPECT_EQ(seen[3], 14u);
+    // Next sweep starts at pool slot 2.
+    seen.clear();
+    EXPECT_EQ(t.sweep(100, 1, note), 1u);
+    EXPECT_EQ(seen, (std::vector<uint32_t>{13}));
+}
+
+TEST(SessionTable, SweepSkipsLiveAndFreeSlotsButCountsThemAgainstTheBudget) {
+    SessionTable t(6);
+    std::vector<Session*> made;
+    for (uint32_t id = 0; id < 4; ++id) made.push_back(t.insert(key(id), reply(id)));
+    for (Session* s : made) s->timeout_ms = 100;
+    made[1]->last_seen_ms = 1'000;  // alive at now=100
+    int calls = 0;
+    auto count = [&](Session&) { ++calls; };
+    EXPECT_EQ(t.sweep(100, 2, count), 1u);  // slots 0, 1
+    EXPECT_EQ(t.sweep(100, 2, count), 2u);  // slots 2, 3
+    EXPECT_EQ(t.sweep(100, 2, count), 0u);  // slots 4, 5: free
+    EXPECT_EQ(t.sweep(100, 100, count), 0u);  // a budget above capacity looks at each slot once
+    EXPECT_EQ(calls, 3);
+    EXPECT_EQ(t.size(), 1u);
+    EXPECT_EQ(t.find(reply(1)).session, made[1]);
+}
+
+TEST(SessionTable, VisitStopsEarlyAndResumes) {
+    SessionTable t(10);
+    std::vector<Session*> made;
+    for (uint32_t id = 0; id < 10; ++id) made.push_back(t.insert(key(id), reply(id)));
+    t.erase(made[2]);
+    t.erase(made[7]);
+
+    // Take three at a time, as a control thread filling a fixed-size reply would.
+    std::vector<uint32_t> seen;
+    std::vector<uint32_t> stops;
+    uint32_t from = 0;
+    while (from < t.capacity()) {
+        int taken = 0;
+        from = t.visit(from, [&](const Session& s) {
+            seen.push_back(ntohl(s.key[0].src) & 0xffff);
+            return ++taken < 3;
+        });
+        stops.push_back(from);
+    }
+    EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 3, 4, 5, 6, 8, 9}));
+    EXPECT_EQ(stops, (std::vector<uint32_t>{4, 7, 10}));
+    EXPECT_EQ(t.visit(t.capacity(), [](const Session&) { return true; }), t.capacity());
+}
+
+TEST(SessionTable, FlowKeyEqualityCoversEveryFieldButThePad) {
+    const FlowKey base = key(1, kTcp);
+    std::vector<FlowKey> changed(5, base);
+    changed[0].src ^= htonl(1);
+    changed[1].dst ^= htonl(1);
+    changed[2].sport ^= htons(1);
+    changed[3].dport ^= htons(1);
+    changed[4].proto = kUdp;
+    for (const FlowKey& c : changed) EXPECT_FALSE(c == base);
+
+    SessionTable t(8);
+    Session* s = t.insert(base, reply(1, kTcp));
+    ASSERT_NE(s, nullptr);
+    for (const FlowKey& c : changed) EXPECT_EQ(t.find(c).session, nullptr);
+
+    // The pad is not part of the flow: a key with garbage there is the same flow, found and refused alike.
+    FlowKey padded = base;
+    padded.pad[0] = 0xAA;
+    padded.pad[2] = 0x55;
+    EXPECT_TRUE(padded == base);
+    EXPECT_EQ(t.find(padded).session, s);
+    EXPECT_EQ(t.insert(padded, key(2)), nullptr);
+}
+
+// Random inserts, erases and finds on a small table, checked against a map after every operation.
+// Capacity 48 means 128 slots, three quarters full when the pool is: long probe chains, chains that
+// wrap past the last slot, and backward shifts across the end all happen often.
+TEST(SessionTable, RandomOperationsAgreeWithAMap) {
+    constexpr uint32_t kCap = 48;
+    constexpr uint32_t kIds = 160;  // key(id) and reply(id) for each: 320 keys that collide often
+    SessionTable t(kCap);
+    std::mt19937 rng(20240611);
+
+    struct Where {
+        Session* session;
+        uint8_t dir;
+    };
+    // Keys are numbered: 2*id for key(id), 2*id+1 for reply(id).
+    auto key_of = [](uint32_t n) { return n % 2 == 0 ? key(n / 2) : reply(n / 2); };
+    std::map<uint32_t, Where> index;                          // key number -> session, dir
+    std::map<Session*, std::pair<uint32_t, uint32_t>> live;  // session -> its two key numbers
+
+    auto check_all = [&](int op) {
+        ASSERT_EQ(t.size(), live.size()) << "op " << op;
+        for (uint32_t n = 0; n < 2 * kIds; ++n) {
+            const SessionTable::Hit hit = t.find(key_of(n));
+            const auto it = index.find(n);
+            if (it == index.end()) {
+                ASSERT_EQ(hit.session, nullptr) << "op " << op << " key " << n;
+            } else {
+                ASSERT_EQ(hit.session, it->second.session) << "op " << op << " key " << n;
+                ASSERT_EQ(hit.dir, it->second.dir) << "op " << op << " key " << n;
+            }
+        }
+    };
+
+    uint32_t inserted = 0, refused_full = 0, refused_dup = 0, erased = 0;
+    for (int op = 0; op < 50'000; ++op) {
+        const uint32_t what = rng() % 100;
+        if (what < 60) {
+            const uint32_t f = rng() % (2 * kIds);
+            const uint32_t r = rng() % (2 * kIds);
+            const bool dup = f == r || index.count(f) != 0 || index.count(r) != 0;
+            const bool full = live.size() == kCap;
+            Session* s = t.insert(key_of(f), key_of(r));
+            if (dup || full) {
+                ASSERT_EQ(s, nullptr) << "op " << op;
+                refused_full += full;
+                refused_dup += !full;
+            } else {
+                ASSERT_NE(s, nullptr) << "op " << op;
+                ASSERT_EQ(live.count(s), 0u);
+                index[f] = {s, 0};
+                index[r] = {s, 1};
+                live[s] = {f, r};
+                ++inserted;
+            }
+        } else if (what < 85) {
+            if (live.empty()) continue;
+            auto it = live.begin();
+            std::advance(it, rng() % live.size());
+            Session* s = it->first;
+            index.erase(it->second.first);
+            index.erase(it->second.second);
+            live.erase(it);
+            t.erase(s);
+            if (rng() % 8 == 0) t.erase(s);  // a second erase must do nothing
+            ++erased;
+        } else {
+            const uint32_t n = rng() % (2 * kIds);
+            const SessionTable::Hit hit = t.find(key_of(n));
+            const auto it = index.find(n);
+            ASSERT_EQ(hit.session, it == index.end() ? nullptr : it->second.session) << "op " << op;
+        }
+        check_all(op);
+        if (HasFatalFailure()) return;
+    }
+    // The mix did what it was meant to: plenty of each outcome.
+    EXPECT_GT(inserted, 8'000u);
+    EXPECT_GT(erased, 8'000u);
+    EXPECT_GT(refused_full, 3'000u);
+    EXPECT_GT(refused_dup, 5'000u);
+}
+
+}  // namespace
