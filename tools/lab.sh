@@ -35,29 +35,40 @@ lab_up() {
     lab_topo up >/dev/null
     eval "$(lab_topo env)"
     LAB_LOGS=$(dirname "$A_CONF")
-    ip netns exec "$NS_A_GW" "$LAB_BUILD/controlplane/fedgated" --config "$A_CONF" >"$LAB_LOGS/a.log" 2>&1 &
-    LAB_PID_A=$!
-    ip netns exec "$NS_B_GW" "$LAB_BUILD/controlplane/fedgated" --config "$B_CONF" >"$LAB_LOGS/b.log" 2>&1 &
-    LAB_PID_B=$!
-    local g
-    for g in a b; do
-        if ! lab_wait "gateway $g to answer on its socket" lab_ctl "$g" status; then
-            echo "lab: gateway $g did not come up; its log:" >&2
-            cat "$LAB_LOGS/$g.log" >&2
-            return 1
-        fi
-    done
+    # A caller may adjust the configs before the gateways start.
+    if declare -F lab_edit_configs >/dev/null; then lab_edit_configs; fi
+    lab_start a && lab_start b
+}
+
+lab_start() { # lab_start a|b — starts one gateway and waits until it answers
+    local g=$1 ns conf
+    [[ $g == a ]] && { ns=$NS_A_GW; conf=$A_CONF; } || { ns=$NS_B_GW; conf=$B_CONF; }
+    ip netns exec "$ns" "$LAB_BUILD/controlplane/fedgated" --config "$conf" >>"$LAB_LOGS/$g.log" 2>&1 &
+    if [[ $g == a ]]; then LAB_PID_A=$!; else LAB_PID_B=$!; fi
+    if ! lab_wait "gateway $g to answer on its socket" lab_ctl "$g" status; then
+        echo "lab: gateway $g did not come up; its log:" >&2
+        cat "$LAB_LOGS/$g.log" >&2
+        return 1
+    fi
+}
+
+lab_stop() { # lab_stop a|b — SIGTERM, wait; sets LAB_RC to its exit code
+    local pid
+    [[ $1 == a ]] && pid=${LAB_PID_A:-} || pid=${LAB_PID_B:-}
+    LAB_RC=none
+    [[ -n $pid ]] || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null && LAB_RC=0 || LAB_RC=$?
+    if [[ $1 == a ]]; then LAB_PID_A=; else LAB_PID_B=; fi
 }
 
 # Stops the gateways with SIGTERM (they must exit 0), then removes the topology.
 # Prints the gateways' exit codes as LAB_RC_A / LAB_RC_B.
 lab_down() {
-    local pid
-    LAB_RC_A=none LAB_RC_B=none
-    for pid in ${LAB_PID_A:-} ${LAB_PID_B:-}; do kill -TERM "$pid" 2>/dev/null || true; done
-    if [[ -n ${LAB_PID_A:-} ]]; then wait "$LAB_PID_A" 2>/dev/null && LAB_RC_A=0 || LAB_RC_A=$?; fi
-    if [[ -n ${LAB_PID_B:-} ]]; then wait "$LAB_PID_B" 2>/dev/null && LAB_RC_B=0 || LAB_RC_B=$?; fi
-    LAB_PID_A= LAB_PID_B=
+    lab_stop a
+    LAB_RC_A=$LAB_RC
+    lab_stop b
+    LAB_RC_B=$LAB_RC
     lab_topo down >/dev/null 2>&1 || true
     # The EAL runtime directories, named by --file-prefix in the topology configs.
     rm -rf "/var/run/dpdk/$LAB_PREFIX-a" "/var/run/dpdk/$LAB_PREFIX-b"
