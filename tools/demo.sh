@@ -12,6 +12,8 @@ shows the picture): installs packages with apt-get if missing, builds (Release),
 starts gateway A (party alpha) and B (party beta) in their namespaces, then
   - node a pings its gateway's internal and external addresses,
   - gateway A pings gateway B across the joining network (and back),
+  - port map: A's internal port 8080 -> B's external port 9000 -> node b:8000
+    (python3 http.server), fetched with curl from node a; iperf3 TCP the same way,
   - prints fedgatectl status and stats of both gateways.
 Everything is torn down at the end, unless --keep leaves the gateways running
 (stop them later with: tools/topo.sh --prefix P down).
@@ -63,6 +65,28 @@ ip netns exec "$NS_B_NODE" ping -c 3 -i 0.2 -W 2 "$B_IN_IP"
 step "gateway A -> gateway B across the joining network, and back"
 lab_ctl a ping "$B_EXT_IP" --count 3
 lab_ctl b ping "$A_EXT_IP" --count 3
+
+step "port map: node a dials A's mapped port 8080; B delivers it to node b's port 8000"
+lab_ctl a map add import --cluster demo --proto tcp --port 8080 --peer beta --peer-port 9000
+lab_ctl b map add export --cluster demo --proto tcp --port 9000 --node "$B_NODE_IP:8000" --allow-party alpha
+lab_ctl a map add import --cluster demo --proto tcp --port 5201 --peer beta --peer-port 15201
+lab_ctl b map add export --cluster demo --proto tcp --port 15201 --node "$B_NODE_IP:5201" --allow-party alpha
+WWW=$(mktemp -d)
+echo "hello from node b ($B_NODE_IP), party beta" >"$WWW/index.html"
+ip netns exec "$NS_B_NODE" python3 -m http.server 8000 --bind "$B_NODE_IP" --directory "$WWW" >/dev/null 2>&1 &
+ip netns exec "$NS_B_NODE" iperf3 -s -B "$B_NODE_IP" -p 5201 -1 >/dev/null 2>&1 &
+http_up() { ip netns exec "$NS_B_NODE" curl -s -m 1 "http://$B_NODE_IP:8000/" >/dev/null; }
+lab_wait "node b's web server" http_up
+echo "\$ curl http://$A_IN_IP:8080/   (in node a)"
+ip netns exec "$NS_A_NODE" curl -sS -m 5 "http://$A_IN_IP:8080/"
+echo "\$ iperf3 -c $A_IN_IP -p 5201 -t 3   (in node a)"
+ip netns exec "$NS_A_NODE" iperf3 -c "$A_IN_IP" -p 5201 -t 3 | tail -4
+lab_ctl a map list
+echo
+lab_ctl a session list
+echo
+lab_ctl b session list
+rm -rf "$WWW"
 
 step "gateway A stats"
 lab_ctl a stats

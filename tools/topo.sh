@@ -287,13 +287,13 @@ idle = "backoff"
 [[port]]
 name = "internal"
 role = "internal"
-device = "net_af_packet0,iface=$in_if"
+device = "net_af_packet0,iface=$in_if,framecnt=4096"
 address = "$in_addr"
 
 [[port]]
 name = "external"
 role = "external"
-device = "net_af_packet1,iface=$ext_if"
+device = "net_af_packet1,iface=$ext_if,framecnt=4096"
 address = "$ext_addr"
 
 [[peer]]
