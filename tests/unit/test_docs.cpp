@@ -46,6 +46,17 @@ TEST(Docs, ReadmeExampleConfigLoadsAndShowsTheRealDefaults) {
     EXPECT_EQ(c.dataplane.neighbour_stale_s, d.neighbour_stale_s);
     EXPECT_EQ(c.dataplane.arp_probe_interval_ms, d.arp_probe_interval_ms);
     EXPECT_EQ(c.dataplane.arp_probes, d.arp_probes);
+    // So does [nat].
+    const NatSettings n;
+    EXPECT_EQ(c.nat.port_lo, n.port_lo);
+    EXPECT_EQ(c.nat.port_hi, n.port_hi);
+    EXPECT_EQ(c.nat.max_sessions, n.max_sessions);
+    EXPECT_EQ(c.nat.tcp_established_s, n.tcp_established_s);
+    EXPECT_EQ(c.nat.tcp_transitory_s, n.tcp_transitory_s);
+    EXPECT_EQ(c.nat.tcp_closing_s, n.tcp_closing_s);
+    EXPECT_EQ(c.nat.udp_s, n.udp_s);
+    EXPECT_EQ(c.imports.size(), 1u);
+    EXPECT_EQ(c.exports.size(), 1u);
 }
 
 TEST(Docs, ReadmeDropReasonTableMatchesTheCode) {
