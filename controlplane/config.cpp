@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -246,7 +247,8 @@ void read_dataplane(const std::string& file, const toml::table& t, DataplaneSett
 }
 
 PortConfig read_port(const std::string& file, const toml::table& t, std::size_t i) {
-    TableReader r(file, t, "port[" + std::to_string(i) + "]", {"name", "role", "device", "address", "next_hop"});
+    TableReader r(file, t, "port[" + std::to_string(i) + "]",
+                  {"name", "role", "device", "address", "next_hop", "static_neighbours"});
     PortConfig p;
     p.name = *r.string("name", true);
     if (!valid_name(p.name)) r.fail("name", "'" + p.name + "' must be 1-32 letters, digits, '-' or '_'");
@@ -273,6 +275,22 @@ PortConfig read_port(const std::string& file, const toml::table& t, std::size_t 
         if (((*ip ^ cidr->addr) & m) != 0) r.fail("next_hop", "'" + *nh + "' is not inside " + addr);
         if (*ip == cidr->addr) r.fail("next_hop", "'" + *nh + "' is the port's own address");
         p.next_hop = *ip;
+    }
+    // "IP MAC" pairs: fixed ARP entries, e.g. for a next hop that does not answer ARP.
+    for (const std::string& entry : r.string_list("static_neighbours", false)) {
+        const auto space = entry.find(' ');
+        const auto ip = parse_ipv4(entry.substr(0, space));
+        std::array<uint8_t, 6> mac{};
+        unsigned b[6];
+        char tail;
+        const bool mac_ok = space != std::string::npos &&
+                            std::sscanf(entry.c_str() + space + 1, "%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1], &b[2],
+                                        &b[3], &b[4], &b[5], &tail) == 6;
+        if (!ip || !mac_ok) r.fail("static_neighbours", "'" + entry + "' must be \"IP MAC\", like \"198.19.0.254 02:00:00:00:00:01\"");
+        if (((*ip ^ cidr->addr) & m) != 0) r.fail("static_neighbours", format_ipv4(*ip) + " is not inside " + addr);
+        for (int k = 0; k < 6; ++k) mac[k] = static_cast<uint8_t>(b[k]);
+        if (mac[0] & 1) r.fail("static_neighbours", "'" + entry + "': the MAC is a group address");
+        p.static_neighbours.emplace_back(*ip, mac);
     }
     return p;
 }

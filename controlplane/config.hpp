@@ -1,6 +1,7 @@
 // The gateway's configuration: one TOML file, parsed and checked in full before anything starts.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -35,6 +36,7 @@ struct PortConfig {
     std::string device;
     Ipv4Cidr address;
     std::optional<uint32_t> next_hop;  // host byte order
+    std::vector<std::pair<uint32_t, std::array<uint8_t, 6>>> static_neighbours;  // host-order IP, MAC
 };
 
 struct PeerConfig {

@@ -158,6 +158,7 @@ void Gateway::start() {
         d.addr = rte_cpu_to_be_32(pc.address.addr);
         d.prefix_len = pc.address.prefix_len;
         d.next_hop = pc.next_hop ? rte_cpu_to_be_32(*pc.next_hop) : 0;
+        for (const auto& [ip, mac] : pc.static_neighbours) d.static_neighbours.emplace_back(rte_cpu_to_be_32(ip), mac);
         dp_ports_.push_back(d);
         FG_LOG(INFO, gateway, "port %s: %s (%s) port_id %u mac %s address %s", pc.name.c_str(), pc.device.c_str(),
                ports_.back().driver.c_str(), d.port_id, mac_str(d.mac).c_str(), pc.address.str().c_str());

@@ -15,6 +15,7 @@
 #include <rte_ring.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <cstring>
 
@@ -68,6 +69,9 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
     for (std::size_t i = 0; i < nports_; ++i) {
         ports_[i].cfg = ports[i];
         ports_[i].mask = prefix_mask(ports[i].prefix_len);
+        for (const auto& [ip, mac] : ports[i].static_neighbours)
+            if (!neigh_.add_permanent(static_cast<uint16_t>(i), ip, mac))
+                throw std::invalid_argument("neighbour table too small for the static neighbours");
     }
     now_ms_ = now_ms();
 }

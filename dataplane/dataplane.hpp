@@ -33,6 +33,7 @@ struct DpPortConfig {
     uint32_t addr = 0;
     uint8_t prefix_len = 24;
     uint32_t next_hop = 0;  // 0: none (only the port's own subnet is reachable through it)
+    std::vector<std::pair<uint32_t, MacAddr>> static_neighbours;  // configured ARP entries
 };
 
 struct DataplaneConfig {

@@ -69,6 +69,7 @@ NeighbourTable::Lookup NeighbourTable::lookup(uint16_t port, uint32_t ip, uint64
         n->next_probe_ms = now_ms + timers_.probe_interval_ms;
         return {Verdict::probe, n};
     }
+    if (n->permanent) return {Verdict::resolved, n};
     switch (n->state) {
     case Neighbour::State::reachable:
         if (now_ms < n->confirmed_ms + timers_.reachable_ms) return {Verdict::resolved, n};
@@ -91,12 +92,22 @@ Neighbour* NeighbourTable::learn(uint16_t port, uint32_t ip, const MacAddr& mac,
     if (n == nullptr) {
         if (!create || (n = insert(port, ip)) == nullptr) return nullptr;
     }
+    if (n->permanent) return nullptr;  // configured entries are not overwritten by what we hear
     n->mac = mac;
     n->state = Neighbour::State::reachable;
     n->confirmed_ms = now_ms;
     n->probes_sent = 0;
     n->next_probe_ms = now_ms;
     return n;
+}
+
+bool NeighbourTable::add_permanent(uint16_t port, uint32_t ip, const MacAddr& mac) {
+    Neighbour* n = find_mut(port, ip);
+    if (n == nullptr && (n = insert(port, ip)) == nullptr) return false;
+    n->mac = mac;
+    n->state = Neighbour::State::reachable;
+    n->permanent = true;
+    return true;
 }
 
 }  // namespace fedgate

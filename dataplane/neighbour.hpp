@@ -30,6 +30,7 @@ struct Neighbour {
     uint64_t confirmed_ms = 0;   // last time the MAC was learned or confirmed
     uint64_t next_probe_ms = 0;
     rte_mbuf* held = nullptr;    // first packet waiting for resolution (owned by the table's user)
+    bool permanent = false;      // configured, not learned: never probed, aged or overwritten
 };
 
 class NeighbourTable {
@@ -54,6 +55,8 @@ public:
     // us, as Linux does); otherwise just refreshes a known one. Returns the entry or null.
     Neighbour* learn(uint16_t port, uint32_t ip, const MacAddr& mac, uint64_t now_ms, bool create);
     const Neighbour* find(uint16_t port, uint32_t ip) const;
+    // A configured entry (static ARP). False when the table is full.
+    bool add_permanent(uint16_t port, uint32_t ip, const MacAddr& mac);
 
     // Periodic work, `now_ms` monotonic. Calls probe(entry) for entries due a probe and
     // expire(entry, failed) just before an entry is removed (failed = never resolved), so the
@@ -96,7 +99,7 @@ void NeighbourTable::tick(uint64_t now_ms, Probe&& probe, Expire&& expire) {
     for (uint32_t i = 0; i < slots_.size();) {
         Neighbour& n = slots_[i];
         bool remove = false;
-        switch (n.state) {
+        switch (n.permanent ? Neighbour::State::free : n.state) {
         case Neighbour::State::free: break;
         case Neighbour::State::incomplete:
             if (now_ms >= n.next_probe_ms) {

@@ -100,8 +100,8 @@ protected:
             ports_[i].handle = bring_up_port(PortSetup{n, "net_ring_" + n}, g_pool);
         }
         std::vector<DpPortConfig> pc(2);
-        pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0};
-        pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, be("198.19.0.254")};
+        pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0, {}};
+        pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, be("198.19.0.254"), {}};
         punt_ = rte_ring_create(("punt" + std::to_string(seq)).c_str(), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
         inject_ = rte_ring_create(("inj" + std::to_string(seq)).c_str(), 64, 0, RING_F_SC_DEQ);
         dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_});
@@ -306,6 +306,34 @@ TEST_F(DataplaneTest, OffSubnetDestinationGoesToTheNextHop) {
     EXPECT_EQ(out[0], PacketBuilder().eth(test::kBroadcast, gw_ext_).arp(1, gw_ext_, kExternalIp, {}, "198.19.0.254").build());
 }
 
+TEST_F(DataplaneTest, AStaticNeighbourIsUsedWithoutArp) {
+    const test::Mac hop{0x02, 0, 0, 0, 0x0e, 0x01};
+    teardown();
+    SetUp();
+    // Rebuild with a static entry for the next hop on the external port.
+    std::vector<DpPortConfig> pc(2);
+    pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0, {}};
+    MacAddr m;
+    std::memcpy(m.data(), hop.data(), 6);
+    pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, be("198.19.0.254"),
+             {{be("198.19.0.254"), m}}};
+    dp_ = std::make_unique<Dataplane>(DataplaneConfig{}, pc, g_pool, DpRings{punt_, inject_});
+    inject(PacketBuilder().eth({}, {}).ipv4(kExternalIp, "198.19.200.1").icmp(8, 0, 1, 1).build());
+    dp_->poll_once();
+    const auto out = sent(1);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], PacketBuilder().eth(hop, gw_ext_).ipv4(kExternalIp, "198.19.200.1").icmp(8, 0, 1, 1).build());
+    // An ARP reply claiming another MAC for it does not change a configured entry.
+    const test::Mac liar{0x02, 0, 0, 0, 0x0e, 0x99};
+    receive(1, PacketBuilder().eth(gw_ext_, liar).arp(2, liar, "198.19.0.254", gw_ext_, kExternalIp).build());
+    inject(PacketBuilder().eth({}, {}).ipv4(kExternalIp, "198.19.200.1").icmp(8, 0, 1, 2).build());
+    dp_->poll_once();
+    const auto again = sent(1);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(std::vector<uint8_t>(again[0].begin(), again[0].begin() + 6), std::vector<uint8_t>(hop.begin(), hop.end()));
+    EXPECT_EQ(dp_->counters().arp_requests_sent.get(), 0u);
+}
+
 TEST_F(DataplaneTest, UnansweredArpDropsTheHeldPacketAfterTheProbes) {
     DataplaneConfig cfg;
     cfg.neighbour.probe_interval_ms = 10;
@@ -350,7 +378,7 @@ TEST(DataplanePcap, ArpRequestFromAPcapFileIsAnsweredIntoAPcapFile) {
     const std::string dev = "net_pcap_t0,rx_pcap=" + (dir / "in.pcap").string() + ",tx_pcap=" + (dir / "out.pcap").string();
     PortHandle h = bring_up_port(PortSetup{"pcap", dev}, g_pool);
     {
-        std::vector<DpPortConfig> pc{{h.port_id, PortRole::internal, h.mac, be("198.18.1.1"), 24, 0}};
+        std::vector<DpPortConfig> pc{{h.port_id, PortRole::internal, h.mac, be("198.18.1.1"), 24, 0, {}}};
         Dataplane dp(DataplaneConfig{}, pc, g_pool, DpRings{});
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         while (dp.counters().arp_replies_sent.get() == 0 && std::chrono::steady_clock::now() < deadline) dp.poll_once();
