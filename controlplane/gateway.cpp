@@ -170,8 +170,14 @@ void Gateway::start() {
     dc.neighbour = NeighbourTimers{s.neighbour_reachable_s * 1000, s.neighbour_stale_s * 1000,
                                    s.arp_probe_interval_ms, s.arp_probes};
     dc.neighbour_capacity = s.neighbour_capacity;
+    // TCP SYNs crossing the gateway announce no MSS larger than the smallest port MTU allows.
+    uint16_t mtu = RTE_ETHER_MTU;
+    for (const PortHandle& h : ports_) {
+        uint16_t m = 0;
+        if (rte_eth_dev_get_mtu(h.port_id, &m) == 0 && m >= 576) mtu = std::min(mtu, m);
+    }
     const NatSettings& n = cfg_.nat;
-    dc.nat = NatConfig{n.max_sessions, n.port_lo, n.port_hi,
+    dc.nat = NatConfig{n.max_sessions, static_cast<uint16_t>(mtu - 40), n.port_lo, n.port_hi,
                        NatTimeouts{n.tcp_established_s * 1000, n.tcp_transitory_s * 1000, n.udp_s * 1000,
                                    n.tcp_closing_s * 1000}};
 
@@ -354,6 +360,8 @@ nlohmann::ordered_json Gateway::stats() const {
           {"refused_full", nat.sessions_refused_full.get()},
           {"port_alloc_miss", nat.port_alloc_miss.get()},
           {"translated", nat.translated.get()},
+          {"icmp_errors_translated", nat.icmp_errors_translated.get()},
+          {"mss_clamped", nat.mss_clamped.get()},
           {"max_sessions", cfg_.nat.max_sessions}}},
         {"maps", {{"imports", table_->import_count()}, {"exports", table_->export_count()}}},
         {"control", {{"punted", l.punted.get()}, {"injected", l.injected.get()}, {"unmatched_echo_replies", pinger_->unmatched_replies()}}},

@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kPrefetchAhead = 3;
 constexpr uint8_t kDefaultTtl = 64;
+constexpr uint8_t kIcmpUnreachable = 3, kIcmpTimeExceeded = 11, kIcmpParamProblem = 12;
 
 uint32_t prefix_mask(uint8_t len) { return rte_cpu_to_be_32(len == 0 ? 0 : ~uint32_t{0} << (32 - len)); }
 
@@ -266,6 +267,13 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
 void Dataplane::handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
     auto* icmp = at<rte_icmp_hdr>(m, p.l4_offset);
     if (rte_raw_cksum(icmp, p.l4_len) != 0xffff) return drop(m, in, DropReason::icmp_bad_checksum);
+
+    // Errors about packets of a port-map session go back to whoever sent the original.
+    if (p.icmp_type == kIcmpUnreachable || p.icmp_type == kIcmpTimeExceeded || p.icmp_type == kIcmpParamProblem) {
+        const Nat::Verdict v = nat_.handle_icmp_error(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p);
+        if (v.kind == Nat::Verdict::Kind::forward) return send_ipv4(m, v.out_port, v.next_hop);
+        if (v.kind == Nat::Verdict::Kind::drop) return drop(m, in, v.reason);
+    }
 
     if (p.icmp_type == RTE_IP_ICMP_ECHO_REPLY && p.icmp_code == 0) {
         // An answer to a ping the control threads sent.

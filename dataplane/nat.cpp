@@ -6,6 +6,7 @@
 #include <rte_ip.h>
 #include <rte_tcp.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "dataplane/checksum.hpp"
@@ -144,6 +145,10 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
     }
     track(*s, dir, l4, p.ip_proto, now_ms);
     const NatRewrite& rw = s->rw[dir];
+    if (cfg_.mss_clamp != 0 && p.ip_proto == kIpProtoTcp && (l4[13] & kTcpSyn)) {
+        const uint16_t hlen = static_cast<uint16_t>(p.payload_offset - p.l4_offset);
+        if (clamp_mss(l4, hlen, cfg_.mss_clamp)) counters_.mss_clamped.add();
+    }
     apply(l3, ihl, p.ip_proto, rw);
     counters_.translated.add();
     v.kind = Verdict::Kind::forward;
@@ -228,6 +233,115 @@ Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port,
     s->last_seen_ms = now_ms;
     counters_.sessions_created.add();
     return s;
+}
+
+bool Nat::clamp_mss(uint8_t* tcp, uint16_t len, uint16_t mss) {
+    for (uint16_t i = 20; i + 1 < len;) {
+        const uint8_t kind = tcp[i];
+        if (kind == 0) return false;  // end of options
+        if (kind == 1) {        // no-op
+            ++i;
+            continue;
+        }
+        const uint8_t olen = tcp[i + 1];
+        if (olen < 2 || i + olen > len) return false;  // malformed: leave it alone
+        if (kind == 2 && olen == 4) {
+            uint16_t old_be, new_be = rte_cpu_to_be_16(mss);
+            std::memcpy(&old_be, tcp + i + 2, 2);
+            if (rte_be_to_cpu_16(old_be) <= mss) return false;
+            std::memcpy(tcp + i + 2, &new_be, 2);
+            // A 16-bit value at an odd offset adds into the sum byte-swapped (RFC 1071, 2(B)).
+            uint16_t c;
+            std::memcpy(&c, tcp + 16, 2);
+            c = (i & 1) == 0 ? checksum_adjust(c, old_be, new_be)
+                             : checksum_adjust(c, rte_bswap16(old_be), rte_bswap16(new_be));
+            std::memcpy(tcp + 16, &c, 2);
+            return true;
+        }
+        i = static_cast<uint16_t>(i + olen);
+    }
+    return false;
+}
+
+Nat::Verdict Nat::handle_icmp_error(uint8_t* l3, const ParsedPacket& p) {
+    Verdict v;
+    // Outer ICMP header, then the quoted IPv4 header and at least the 8 bytes that hold the ports.
+    if (p.l4_len < 8 + 20 + 8) return v;
+    uint8_t* icmp = l3 + (p.l4_offset - p.l3_offset);
+    uint8_t* inner = icmp + 8;
+    const uint16_t inner_ihl = static_cast<uint16_t>((inner[0] & 0x0f) * 4);
+    if ((inner[0] >> 4) != 4 || inner_ihl < 20 || p.l4_len < 8 + inner_ihl + 8) return v;
+    const uint8_t proto = inner[9];
+    if (proto != kIpProtoTcp && proto != kIpProtoUdp) return v;
+    uint8_t* inner_l4 = inner + inner_ihl;
+
+    // The quoted packet is one the gateway sent; its reverse is the session's key for the other way.
+    FlowKey k;
+    std::memcpy(&k.src, inner + 16, 4);
+    std::memcpy(&k.dst, inner + 12, 4);
+    std::memcpy(&k.sport, inner_l4 + 2, 2);
+    std::memcpy(&k.dport, inner_l4, 2);
+    k.proto = proto;
+    const SessionTable::Hit hit = sessions_.find(k);
+    if (hit.session == nullptr) return v;
+    if (l3[8] <= 1) {
+        v.kind = Verdict::Kind::drop;
+        v.reason = DropReason::ttl_expired;
+        return v;
+    }
+    Session& s = *hit.session;
+    const uint8_t orig = static_cast<uint8_t>(1 - hit.dir);  // the direction the quoted packet went
+    const FlowKey& was = s.key[orig];                         // ... and what it looked like before
+    const NatRewrite& back = s.rw[hit.dir];                   // how to reach its sender
+
+    // Restore the quoted packet: addresses and ports as its sender wrote them.
+    FlowKey quoted;
+    std::memcpy(&quoted.src, inner + 12, 4);
+    std::memcpy(&quoted.dst, inner + 16, 4);
+    std::memcpy(&quoted.sport, inner_l4, 2);
+    std::memcpy(&quoted.dport, inner_l4 + 2, 2);
+    NatRewrite restore;
+    restore.src = was.src;
+    restore.dst = was.dst;
+    restore.sport = was.sport;
+    restore.dport = was.dport;
+    prepare(quoted, restore);
+    std::memcpy(inner + 12, &was.src, 4);
+    std::memcpy(inner + 16, &was.dst, 4);
+    uint16_t c;
+    std::memcpy(&c, inner + 10, 2);
+    c = checksum_add(c, restore.l3_delta);
+    std::memcpy(inner + 10, &c, 2);
+    std::memcpy(inner_l4, &was.sport, 2);
+    std::memcpy(inner_l4 + 2, &was.dport, 2);
+    // The quoted L4 checksum, when it is there: UDP's is in the first 8 bytes, TCP's at 16.
+    const uint16_t quoted_l4_len = static_cast<uint16_t>(p.l4_len - 8 - inner_ihl);
+    const uint16_t csum_at = proto == kIpProtoTcp ? 16 : 6;
+    if (quoted_l4_len >= csum_at + 2) {
+        std::memcpy(&c, inner_l4 + csum_at, 2);
+        if (proto == kIpProtoTcp || c != 0) {
+            c = checksum_add(c, restore.l4_delta);
+            if (proto == kIpProtoUdp && c == 0) c = 0xffff;
+            std::memcpy(inner_l4 + csum_at, &c, 2);
+        }
+    }
+    // The ICMP checksum covers the whole message: sum it again (errors are small and rare).
+    icmp[2] = icmp[3] = 0;
+    c = static_cast<uint16_t>(~rte_raw_cksum(icmp, p.l4_len));
+    std::memcpy(icmp + 2, &c, 2);
+
+    // Outer header: from the address the sender wrote to, to the sender.
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
+    ip->src_addr = was.dst;
+    ip->dst_addr = was.src;
+    --ip->time_to_live;
+    ip->hdr_checksum = 0;
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    counters_.icmp_errors_translated.add();
+    v.kind = Verdict::Kind::forward;
+    v.out_port = back.out_port;
+    v.next_hop = back.next_hop;
+    return v;
 }
 
 uint32_t Nat::expire(uint64_t now_ms, uint32_t budget) {

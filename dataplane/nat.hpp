@@ -39,6 +39,7 @@ struct NatTimeouts {
 
 struct NatConfig {
     uint32_t max_sessions = 262144;
+    uint16_t mss_clamp = 0;  // largest TCP MSS a SYN may announce across the gateway; 0: leave it
     uint16_t port_lo = 20000, port_hi = 59999;  // host order
     NatTimeouts timeouts;
 };
@@ -53,6 +54,8 @@ struct alignas(64) NatCounters {
     Counter sessions_created, sessions_expired, sessions_refused_full;
     Counter port_alloc_miss;
     Counter translated;
+    Counter icmp_errors_translated;
+    Counter mss_clamped;
 };
 
 class Nat {
@@ -75,6 +78,11 @@ public:
     // at `l3`, `p` describes them) when it forwards.
     Verdict handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms);
 
+    // An ICMP error (destination unreachable, time exceeded, parameter problem) addressed to the
+    // gateway whose quoted packet belongs to a session: rewritten for the host that sent the
+    // original (quoted packet restored, outer addresses and all checksums fixed) and forwarded.
+    Verdict handle_icmp_error(uint8_t* l3, const ParsedPacket& p);
+
     // Expires idle sessions, looking at up to `budget` of them.
     uint32_t expire(uint64_t now_ms, uint32_t budget);
 
@@ -87,6 +95,9 @@ public:
     static void prepare(const FlowKey& key, NatRewrite& rw);
     // Applies `rw` to an IPv4 packet with its TCP/UDP header at l3 + ihl; decrements the TTL.
     static void apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrite& rw);
+    // Lowers the MSS option of a TCP SYN to `mss` if it is larger, fixing the checksum. The TCP
+    // header is at `tcp`, `len` bytes long including options.
+    static bool clamp_mss(uint8_t* tcp, uint16_t len, uint16_t mss);  // true if it changed it
 
 private:
     Session* open_import(const FlowKey& k, uint16_t in_port, const ImportRule& r, uint64_t now_ms, DropReason* why);

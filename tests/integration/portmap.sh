@@ -41,6 +41,11 @@ TOML
 }
 lab_up
 
+# Node a's link takes jumbo frames, so its SYNs announce a large MSS that gateway A must clamp to
+# what its 1500-byte external port carries.
+ip netns exec "$NS_A_NODE" ip link set "$A_NODE_IF" mtu 9000
+ip netns exec "$NS_A_GW" ip link set "$A_IN_IF" mtu 9000
+
 # Node b answers as two nodes: 198.18.2.10 (cluster c1) and 198.18.2.11 (cluster c2).
 ip netns exec "$NS_B_NODE" ip addr add 198.18.2.11/24 dev "$B_NODE_IF"
 for n in 10 11; do
@@ -70,6 +75,7 @@ check "conflict exits 1 with the port named" eq "$conflict_rc $([[ $conflict == 
 fetch() { ip netns exec "$NS_A_NODE" curl -s -m 5 "http://$A_IN_IP:$1/who"; }
 check "cluster c1: curl through the port map reaches node .10" eq "$(fetch 8080)" "node 10"
 check "cluster c2: curl through the port map reaches node .11" eq "$(fetch 8081)" "node 11"
+check "A clamped the jumbo MSS of node a's SYNs" eq "$(( $(jget a stats 'r["nat"]["mss_clamped"]') >= 2 ))" "1"
 check "both sessions went through B's one external address" eq "$(lab_ctl a session list --json | python3 -c '
 import json,sys; r=json.load(sys.stdin); print(sorted({s["out"]["dst"] for s in r["sessions"] if s["proto"]=="tcp"}))')" "['198.19.0.2:9000', '198.19.0.2:9001']"
 
@@ -97,6 +103,25 @@ check "iperf3 UDP delivered with under 5% loss" eq "$(python3 -c '
 import json,sys; r=json.load(open(sys.argv[1]))["end"]["sum"]
 print(r["bytes"] > 1_000_000 and r["lost_percent"] < 5)' "$WORK/udp.json")" "True"
 
+# --- an ICMP error about a session goes back to the node that sent the original ---
+lab_ctl a map add import --cluster c6 --proto udp --port 5300 --peer beta --peer-port 15300 >/dev/null
+lab_ctl b map add export --cluster c6 --proto udp --port 15300 --node 198.18.2.10:5399 >/dev/null
+refused=$(ip netns exec "$NS_A_NODE" python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+s.connect((sys.argv[1], 5300))
+s.send(b"anyone?")
+try:
+    s.recv(100)
+    print("answered")
+except ConnectionRefusedError:
+    print("refused")
+except socket.timeout:
+    print("timeout")' "$A_IN_IP")
+check "port unreachable from node b reaches node a as ECONNREFUSED" eq "$refused" "refused"
+check "both gateways translated the ICMP error" eq "$(jget a stats 'r["nat"]["icmp_errors_translated"]') $(jget b stats 'r["nat"]["icmp_errors_translated"]')" "1 1"
+
 # --- refusals are drops with a reason ---
 lab_ctl a map add import --cluster c4 --proto tcp --port 8084 --peer beta --peer-port 9000 --allow 198.18.1.99/32 >/dev/null
 before=$(drops a map_source_denied)
@@ -121,7 +146,7 @@ lab_stop b
 check "gateway B stopped cleanly" eq "$LAB_RC" 0
 lab_start b
 check "B's run-time exports are back after the restart" eq "$(lab_ctl b map list --json | python3 -c '
-import json,sys; r=json.load(sys.stdin); print(" ".join(sorted(m["cluster"]+":"+str(m["port"]) for m in r["exports"])))')" "c1:9000 c2:9001 c3:15201 c3:15201 c5:9005"
+import json,sys; r=json.load(sys.stdin); print(" ".join(sorted(m["cluster"]+":"+str(m["port"]) for m in r["exports"])))')" "c1:9000 c2:9001 c3:15201 c3:15201 c5:9005 c6:15300"
 lab_stop a
 lab_start a
 check "A's deleted mapping stays deleted after the restart" eq "$(lab_ctl a map list --json | python3 -c '
