@@ -337,6 +337,13 @@ nlohmann::ordered_json Gateway::stats() const {
     for (std::size_t r = 0; r < kDropReasonCount; ++r) drops[std::string(kDropReasonNames[r])] = totals[r];
     const LcoreCounters& l = dp_->counters();
     const NatCounters& nat = dp_->nat_counters();
+    // Session ports: on the external address for imports, on the internal one for exports.
+    nlohmann::ordered_json pools = nlohmann::ordered_json::object();
+    for (const auto& [name, pool] : {std::pair{"external", Nat::Pool::external}, std::pair{"internal", Nat::Pool::internal}})
+        for (const auto& [pname, proto] : {std::pair{"tcp", L4Proto::tcp}, std::pair{"udp", L4Proto::udp}}) {
+            const uint64_t size = dp_->pool_size(pool, proto), free = dp_->pool_free(pool, proto);
+            pools[std::string(name) + "_" + pname] = {{"used", size - std::min(size, free)}, {"free", free}};
+        }
     return {
         {"ports", ports},
         {"drops_by_reason", drops},
@@ -362,7 +369,8 @@ nlohmann::ordered_json Gateway::stats() const {
           {"translated", nat.translated.get()},
           {"icmp_errors_translated", nat.icmp_errors_translated.get()},
           {"mss_clamped", nat.mss_clamped.get()},
-          {"max_sessions", cfg_.nat.max_sessions}}},
+          {"max_sessions", cfg_.nat.max_sessions},
+          {"port_pools", pools}}},
         {"maps", {{"imports", table_->import_count()}, {"exports", table_->export_count()}}},
         {"control", {{"punted", l.punted.get()}, {"injected", l.injected.get()}, {"unmatched_echo_replies", pinger_->unmatched_replies()}}},
     };

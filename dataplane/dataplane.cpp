@@ -443,6 +443,10 @@ void Dataplane::tick(uint64_t now) {
     // Sweep the whole session table about once a second.
     nat_.expire(now, std::max<uint32_t>(64, nat_.sessions().capacity() / (1000 / kTickMs)));
     sessions_gauge_.store(nat_.session_count(), std::memory_order_relaxed);
+    for (int pool = 0; pool < 2; ++pool)
+        for (std::size_t proto = 0; proto < kL4Protos; ++proto)
+            pool_free_[pool][proto].store(nat_.pool(static_cast<Nat::Pool>(pool), static_cast<L4Proto>(proto)).free_count(),
+                                          std::memory_order_relaxed);
     neigh_entries_.store(neigh_.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < nports_; ++i)
         ports_[i].neigh_entries.store(neigh_.count_port(static_cast<uint16_t>(i)), std::memory_order_relaxed);

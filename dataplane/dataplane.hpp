@@ -95,6 +95,11 @@ public:
     const LcoreCounters& counters() const { return counters_; }
     const NatCounters& nat_counters() const { return nat_.counters(); }
     uint64_t session_count() const { return sessions_gauge_.load(std::memory_order_relaxed); }
+    // Free ports of a NAT pool as of the last timer tick, and the pool's size.
+    uint64_t pool_free(Nat::Pool pool, L4Proto proto) const {
+        return pool_free_[static_cast<int>(pool)][static_cast<int>(proto)].load(std::memory_order_relaxed);
+    }
+    uint64_t pool_size(Nat::Pool pool, L4Proto proto) const { return nat_.pool(pool, proto).size(); }
     uint64_t neighbour_entries() const { return neigh_entries_.load(std::memory_order_relaxed); }
     uint64_t neighbour_entries(std::size_t port) const {
         return ports_[port].neigh_entries.load(std::memory_order_relaxed);
@@ -139,6 +144,7 @@ private:
     Nat nat_;
     DpShared shared_;
     std::atomic<uint64_t> sessions_gauge_{0};
+    std::atomic<uint64_t> pool_free_[2][kL4Protos] = {};
     std::atomic<uint64_t> neigh_entries_{0};
     rte_mempool* pool_;
     DpRings rings_;
