@@ -261,9 +261,9 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     if (cmd == "status") return status();
     if (cmd == "stats") return stats();
     if (cmd == "ping") return ping(req);
-    if (cmd == "map_add" || cmd == "map_del" || cmd == "map_list") return table_->handle(req);
+    if (cmd == "map_add" || cmd == "map_del" || cmd == "map_list" || cmd == "map_nft") return table_->handle(req);
     if (cmd == "session_list") return session_list(req);
-    throw MgmtError("unknown cmd '" + cmd + "' (status, stats, ping, map_add, map_del, map_list, session_list)");
+    throw MgmtError("unknown cmd '" + cmd + "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list)");
 }
 
 nlohmann::ordered_json Gateway::status() const {

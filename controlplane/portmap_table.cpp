@@ -258,6 +258,27 @@ nlohmann::ordered_json PortMapTable::list(const std::optional<std::string>& clus
     return {{"imports", imports}, {"exports", exports}};
 }
 
+std::string PortMapTable::nft_rules(const std::optional<std::string>& cluster) const {
+    std::lock_guard lk(mu_);
+    const PortConfig* in = cfg_.port(PortRoleCfg::internal);
+    std::ostringstream o;
+    o << "# fedgate: node-side rules for party " << cfg_.party << (cluster ? ", cluster " + *cluster : std::string())
+      << ".\n# On a node: nft -f FILE. A program there may then dial the peer's external address and port;\n"
+      << "# the node sends it to this gateway's mapped port instead.\n"
+      << "table ip fedgate\ndelete table ip fedgate\n"
+      << "table ip fedgate {\n    chain output {\n        type nat hook output priority -100; policy accept;\n";
+    for (const ImportMapping& m : imports_) {
+        if (cluster && m.cluster != *cluster) continue;
+        const PeerConfig* peer = cfg_.peer(m.peer);
+        if (peer == nullptr || in == nullptr) continue;
+        o << "        ip daddr " << format_ipv4(peer->address) << ' ' << proto_name(m.proto) << " dport " << m.peer_port
+          << " dnat to " << format_ipv4(in->address.addr) << ':' << m.port << " comment \"import " << m.cluster
+          << "\"\n";
+    }
+    o << "    }\n}\n";
+    return o.str();
+}
+
 std::size_t PortMapTable::import_count() const {
     std::lock_guard lk(mu_);
     return imports_.size();
@@ -276,6 +297,7 @@ nlohmann::ordered_json PortMapTable::handle(const nlohmann::ordered_json& req) {
         return req[name].get<std::string>();
     };
     if (cmd == "map_list") return list(opt_string("cluster"));
+    if (cmd == "map_nft") return {{"ruleset", nft_rules(opt_string("cluster"))}};
     if (cmd == "map_add") {
         const auto kind = opt_string("kind");
         if (kind == "import") return add(import_from_json(req));

@@ -38,6 +38,9 @@ public:
     nlohmann::ordered_json remove(const std::string& kind, Proto proto, uint16_t port);
     nlohmann::ordered_json remove_cluster(const std::string& cluster, const std::optional<std::string>& kind);
     nlohmann::ordered_json list(const std::optional<std::string>& cluster) const;
+    // nftables rules for a local node: a program there may be handed the peer's external
+    // address:port, and the node's kernel sends it to this gateway's mapped port instead.
+    std::string nft_rules(const std::optional<std::string>& cluster) const;
 
     // The management requests map_add, map_del, map_list.
     nlohmann::ordered_json handle(const nlohmann::ordered_json& request);

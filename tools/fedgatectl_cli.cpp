@@ -89,6 +89,7 @@ int run_map_add_import(const Invocation&);
 int run_map_add_export(const Invocation&);
 int run_map_del(const Invocation&);
 int run_map_list(const Invocation&);
+int run_map_nft(const Invocation&);
 int run_session_list(const Invocation&);
 int run_help(const Invocation&);
 
@@ -117,6 +118,10 @@ constexpr std::array kCommands{
             map_del_options, run_map_del},
     Command{"map list", "", "[--cluster C]", "list import and export mappings, of every cluster or of one",
             "fedgatectl map list\nfedgatectl map list --cluster c1 --json", map_list_options, run_map_list},
+    Command{"map nft", "", "[--cluster C]",
+            "print nftables rules that let a node dial peers' external address:port for the imports",
+            "fedgatectl map nft --cluster c1 > fedgate.nft   # then on a node: nft -f fedgate.nft",
+            map_list_options, run_map_nft},
     Command{"session list", "", "[--limit N]", "list the data plane's NAT sessions",
             "fedgatectl session list --limit 50", session_list_options, run_session_list},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgatectl help ping",
@@ -1022,6 +1027,20 @@ int run_map_list(const Invocation& inv) {
     print_mappings(inv.out, "imports", member(r, "imports"), true);
     inv.out << "\n";
     print_mappings(inv.out, "exports", member(r, "exports"), false);
+    return 0;
+}
+
+int run_map_nft(const Invocation& inv) {
+    Json req = Json::object();
+    req["cmd"] = "map_nft";
+    if (auto cluster = opt(inv, "cluster"))
+        req["cluster"] = check_name("map nft", "cluster", *cluster);
+    Json r = call(inv, req);
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    inv.out << text(member(r, "ruleset"));
     return 0;
 }
 

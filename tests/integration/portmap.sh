@@ -6,7 +6,7 @@
 # usage: portmap.sh BUILD_DIR
 set -euo pipefail
 [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root for network namespaces"; exit 77; }
-for tool in curl iperf3 python3; do
+for tool in curl iperf3 python3 nft; do
     command -v $tool >/dev/null || { echo "portmap.sh: $tool is missing (tools/deps.sh installs it)"; exit 1; }
 done
 
@@ -78,6 +78,15 @@ check "cluster c2: curl through the port map reaches node .11" eq "$(fetch 8081)
 check "A clamped the jumbo MSS of node a's SYNs" eq "$(( $(jget a stats 'r["nat"]["mss_clamped"]') >= 2 ))" "1"
 check "both sessions went through B's one external address" eq "$(lab_ctl a session list --json | python3 -c '
 import json,sys; r=json.load(sys.stdin); print(sorted({s["out"]["dst"] for s in r["sessions"] if s["proto"]=="tcp"}))')" "['198.19.0.2:9000', '198.19.0.2:9001']"
+
+# --- a program handed the remote node's external address: node-side nftables from `map nft` ---
+lab_ctl a map nft --cluster c2 >"$WORK/c2.nft"
+check "map nft writes a DNAT rule for the import" grep -q "ip daddr $B_EXT_IP tcp dport 9001 dnat to $A_IN_IP:8081" "$WORK/c2.nft"
+ip netns exec "$NS_A_NODE" nft -f "$WORK/c2.nft"
+check "with the rules, node a reaches node .11 by dialling B's external address" eq \
+    "$(ip netns exec "$NS_A_NODE" curl -s -m 5 "http://$B_EXT_IP:9001/who")" "node 11"
+ip netns exec "$NS_A_NODE" nft -f "$WORK/c2.nft"  # applying twice is harmless
+ip netns exec "$NS_A_NODE" nft delete table ip fedgate
 
 # --- iperf3: TCP and UDP bytes delivered through a mapping pair ---
 lab_ctl a map add import --cluster c3 --proto tcp --port 5201 --peer beta --peer-port 15201 >/dev/null
