@@ -84,8 +84,8 @@ inline constexpr uint32_t kDefaultUdpS = 300;
 inline constexpr uint32_t kDefaultTcpClosingS = 10;          // after FIN both ways, or RST
 
 struct NatSettings {
-    uint16_t port_lo = kDefaultNatPortLo;  // the gateway allocates session ports from [lo, hi];
-    uint16_t port_hi = kDefaultNatPortHi;  // mapped ports must lie outside it
+    uint16_t port_lo = kDefaultNatPortLo;  // the gateway allocates session ports from [lo, hi],
+    uint16_t port_hi = kDefaultNatPortHi;  // skipping ports that mappings serve
     uint32_t max_sessions = kDefaultMaxSessions;
     uint32_t tcp_established_s = kDefaultTcpEstablishedS;
     uint32_t tcp_transitory_s = kDefaultTcpTransitoryS;

@@ -13,9 +13,7 @@ uint32_t mask_of(uint8_t len) { return len == 0 ? 0 : ~uint32_t{0} << (32 - len)
 void check_common(const std::string& cluster, uint16_t port, const Config& c) {
     if (!valid_name(cluster)) throw MapError("cluster", "'" + cluster + "' must be 1-32 letters, digits, '-' or '_'");
     if (port == 0) throw MapError("port", "must be 1..65535");
-    if (port >= c.nat.port_lo && port <= c.nat.port_hi)
-        throw MapError("port", std::to_string(port) + " is inside the NAT port range " + std::to_string(c.nat.port_lo) +
-                                   "-" + std::to_string(c.nat.port_hi) + " ([nat] port_range)");
+    (void)c;  // a mapped port may lie inside [nat] port_range: session ports skip mapped ones
 }
 
 const nlohmann::ordered_json& field(const nlohmann::ordered_json& j, const char* name) {

@@ -16,6 +16,7 @@ namespace {
 
 constexpr uint8_t kTcpFin = 0x01, kTcpSyn = 0x02, kTcpRst = 0x04, kTcpAck = 0x10;
 enum SessionKind : uint8_t { kImport = 0, kExport = 1 };
+constexpr int kPortTries = 8;
 
 L4Proto l4_of(uint8_t ip_proto) { return ip_proto == kIpProtoTcp ? L4Proto::tcp : L4Proto::udp; }
 
@@ -201,9 +202,23 @@ Session* Nat::open_export(const FlowKey& k, uint16_t in_port, const ExportRule& 
 
 Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port, uint32_t reply_hop, Pool pool,
                    uint8_t kind, uint64_t now_ms, DropReason* why) {
-    PortPool& ports = pools_[static_cast<int>(pool)][static_cast<int>(l4_of(k.proto))];
-    uint16_t sport;
-    if (!ports.take(&sport)) {
+    const L4Proto proto = l4_of(k.proto);
+    PortPool& ports = pools_[static_cast<int>(pool)][static_cast<int>(proto)];
+    // A session port must not be one that a mapping serves on the same address: exports use the
+    // external address, imports the internal one. Such a port goes to the back of the pool (it may
+    // be unmapped later); a few tries bound the work.
+    uint16_t sport = 0;
+    bool got = false;
+    for (int tries = 0; tries < kPortTries && ports.take(&sport); ++tries) {
+        const bool mapped = pool == Pool::external ? maps_->export_rule(proto, sport) != nullptr
+                                                   : maps_->import_rule(proto, sport) != nullptr;
+        if (!mapped) {
+            got = true;
+            break;
+        }
+        ports.give(sport);
+    }
+    if (!got) {
         counters_.port_alloc_miss.add();
         *why = DropReason::nat_ports_exhausted;
         return nullptr;

@@ -9,6 +9,7 @@ set -euo pipefail
 for tool in curl iperf3 python3 nft; do
     command -v $tool >/dev/null || { echo "portmap.sh: $tool is missing (tools/deps.sh installs it)"; exit 1; }
 done
+/usr/bin/python3 -c "import grpc" || { echo "portmap.sh: python3-grpcio is missing (tools/deps.sh installs it)"; exit 1; }
 
 LAB_BUILD=$(realpath "${1:?usage: portmap.sh BUILD_DIR}")
 LAB_PREFIX=p$((RANDOM % 1000))
@@ -88,6 +89,14 @@ check "with the rules, node a reaches node .11 by dialling B's external address"
 ip netns exec "$NS_A_NODE" nft -f "$WORK/c2.nft"  # applying twice is harmless
 ip netns exec "$NS_A_NODE" nft delete table ip fedgate
 
+# --- a gRPC call (HTTP/2) through a mapping pair; python3-grpcio is Debian's, for /usr/bin/python3 ---
+lab_ctl a map add import --cluster c7 --proto tcp --port 50051 --peer beta --peer-port 15051 >/dev/null
+lab_ctl b map add export --cluster c7 --proto tcp --port 15051 --node 198.18.2.10:50051 >/dev/null
+GRPC=$(dirname "$0")/grpc_echo.py
+ip netns exec "$NS_B_NODE" /usr/bin/python3 "$GRPC" serve 198.18.2.10:50051 >"$WORK/grpc.log" 2>&1 &
+check "a gRPC call from node a reaches node b's server" eq \
+    "$(ip netns exec "$NS_A_NODE" timeout 30 /usr/bin/python3 "$GRPC" call "$A_IN_IP:50051" hello)" "echo: hello"
+
 # --- iperf3: TCP and UDP bytes delivered through a mapping pair ---
 lab_ctl a map add import --cluster c3 --proto tcp --port 5201 --peer beta --peer-port 15201 >/dev/null
 lab_ctl b map add export --cluster c3 --proto tcp --port 15201 --node 198.18.2.10:5201 >/dev/null
@@ -155,7 +164,7 @@ lab_stop b
 check "gateway B stopped cleanly" eq "$LAB_RC" 0
 lab_start b
 check "B's run-time exports are back after the restart" eq "$(lab_ctl b map list --json | python3 -c '
-import json,sys; r=json.load(sys.stdin); print(" ".join(sorted(m["cluster"]+":"+str(m["port"]) for m in r["exports"])))')" "c1:9000 c2:9001 c3:15201 c3:15201 c5:9005 c6:15300"
+import json,sys; r=json.load(sys.stdin); print(" ".join(sorted(m["cluster"]+":"+str(m["port"]) for m in r["exports"])))')" "c1:9000 c2:9001 c3:15201 c3:15201 c5:9005 c6:15300 c7:15051"
 lab_stop a
 lab_start a
 check "A's deleted mapping stays deleted after the restart" eq "$(lab_ctl a map list --json | python3 -c '
