@@ -37,9 +37,10 @@ namespace fedgate {
     X(tcp_bad_header, "TCP data offset below 20 bytes or past the payload")              \
     X(l4_unhandled, "TCP/UDP to a gateway address on a port nothing serves")             \
     X(ttl_expired, "TTL ran out on a packet the gateway would forward")                  \
-    X(map_source_denied, "source not in the import mapping's allowed prefixes")          \
+    X(map_source_denied, "source not allowed by the import mapping, or not behind its port")          \
     X(map_peer_denied, "sender is not a peer the export mapping allows")                 \
     X(tcp_no_session, "TCP segment other than a SYN, with no session")                    \
+    X(session_wrong_port, "packet of a session arrived on the wrong gateway port")        \
     X(session_table_full, "new session refused: session table full")                     \
     X(nat_ports_exhausted, "new session refused: no free NAT port")                      \
     X(no_route, "no port reaches the destination")                                       \

@@ -16,7 +16,8 @@ namespace {
 
 constexpr uint8_t kTcpFin = 0x01, kTcpSyn = 0x02, kTcpRst = 0x04, kTcpAck = 0x10;
 enum SessionKind : uint8_t { kImport = 0, kExport = 1 };
-constexpr int kPortTries = 8;
+// Mapped ports met while allocating go to the back of the pool; a run this long is still crossed.
+constexpr int kPortTries = 1024;
 
 L4Proto l4_of(uint8_t ip_proto) { return ip_proto == kIpProtoTcp ? L4Proto::tcp : L4Proto::udp; }
 
@@ -97,6 +98,12 @@ void Nat::track(Session& s, uint8_t dir, const uint8_t* l4, uint8_t proto, uint6
         return;
     }
     const uint8_t flags = l4[13];
+    // A new SYN on a session that was closing: the 4-tuple is being reused, start over.
+    if (dir == 0 && (flags & (kTcpSyn | kTcpAck)) == kTcpSyn && (s.tcp_rst || s.tcp_fin != 0)) {
+        s.tcp_rst = false;
+        s.tcp_fin = 0;
+        s.replied = false;
+    }
     if (flags & kTcpRst) s.tcp_rst = true;
     if (flags & kTcpFin) s.tcp_fin |= static_cast<uint8_t>(1u << dir);
     if (dir == 1) s.replied = true;
@@ -116,6 +123,12 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
     if (const SessionTable::Hit hit = sessions_.find(k); hit.session != nullptr) {
         s = hit.session;
         dir = hit.dir;
+        // Each direction arrives on one port: where the other direction leaves.
+        if (s->rw[1 - dir].out_port != in_port) {
+            v.kind = Verdict::Kind::drop;
+            v.reason = DropReason::session_wrong_port;
+            return v;
+        }
     } else {
         // Only a packet to the receiving port's own address can open a session, and only through a
         // rule of that port's kind: imports on internal ports, exports on the external one.
@@ -128,8 +141,8 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
         DropReason why = DropReason::none;
         if (l3[8] <= 1)
             why = DropReason::ttl_expired;
-        else if (p.ip_proto == kIpProtoTcp && (l4[13] & (kTcpSyn | kTcpAck | kTcpRst)) != kTcpSyn)
-            why = DropReason::tcp_no_session;  // only a SYN opens a TCP session
+        else if (p.ip_proto == kIpProtoTcp && (l4[13] & (kTcpSyn | kTcpAck | kTcpRst | kTcpFin)) != kTcpSyn)
+            why = DropReason::tcp_no_session;  // only a plain SYN opens a TCP session
         else
             s = er != nullptr ? open_export(k, in_port, *er, now_ms, &why) : open_import(k, in_port, *ir, now_ms, &why);
         if (s == nullptr) {
@@ -168,8 +181,13 @@ Session* Nat::open_import(const FlowKey& k, uint16_t in_port, const ImportRule& 
     uint32_t hop = 0;
     const int out_port = ext < 0 ? -1 : route_(route_ctx_, r.peer_addr, &hop);
     uint32_t back_hop = 0;
-    if (out_port < 0 || route_(route_ctx_, k.src, &back_hop) < 0) {
+    if (out_port < 0) {
         *why = DropReason::no_route;
+        return nullptr;
+    }
+    // The node must be reachable back through the port it came in on (strict reverse path).
+    if (route_(route_ctx_, k.src, &back_hop) != in_port) {
+        *why = DropReason::map_source_denied;
         return nullptr;
     }
     out.src = ports_[ext].addr;
@@ -188,8 +206,12 @@ Session* Nat::open_export(const FlowKey& k, uint16_t in_port, const ExportRule& 
     NatRewrite out;
     uint32_t hop = 0, back_hop = 0;
     const int out_port = route_(route_ctx_, r.node_addr, &hop);
-    if (out_port < 0 || ports_[out_port].external || route_(route_ctx_, k.src, &back_hop) < 0) {
+    if (out_port < 0 || ports_[out_port].external) {
         *why = DropReason::no_route;
+        return nullptr;
+    }
+    if (route_(route_ctx_, k.src, &back_hop) != in_port) {  // strict reverse path, as for imports
+        *why = DropReason::map_peer_denied;
         return nullptr;
     }
     out.src = ports_[out_port].addr;

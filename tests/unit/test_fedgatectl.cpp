@@ -838,13 +838,13 @@ TEST(FedgatectlMapArgs, GoodEdgeValuesAreAccepted) {
 TEST(FedgatectlMapArgs, IncompleteCommandNamesTheChoices) {
     CtlResult map = ctl({"map"});
     EXPECT_EQ(map.status, 2);
-    EXPECT_EQ(first_line(map.err), "fedgatectl: 'map' needs one of: add, del, list");
+    EXPECT_EQ(first_line(map.err), "fedgatectl: 'map' needs one of: add, del, list, nft");
     CtlResult add = ctl({"map", "add", "--cluster", "c1"});
     EXPECT_EQ(add.status, 2);
     EXPECT_EQ(first_line(add.err), "fedgatectl: 'map add' needs one of: import, export");
     CtlResult bad = ctl({"map", "show"});
     EXPECT_EQ(bad.status, 2);
-    EXPECT_EQ(first_line(bad.err), "fedgatectl: unknown command 'map show' ('map' needs one of: add, del, list)");
+    EXPECT_EQ(first_line(bad.err), "fedgatectl: unknown command 'map show' ('map' needs one of: add, del, list, nft)");
     CtlResult session = ctl({"session"});
     EXPECT_EQ(first_line(session.err), "fedgatectl: 'session' needs one of: list");
 }

@@ -1,0 +1,580 @@
+// The port-map NAT without EAL: the fixture table (exact output bytes), drops, full table and empty
+// pool, idle timeouts by protocol and TCP state, rule deletion, and a randomised checksum check. Every
+// checksum is checked with the test builder's own routine, not DPDK's.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <ostream>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dataplane/nat.hpp"
+#include "dataplane/packet.hpp"
+#include "tests/support/nat_fixtures.hpp"
+#include "tests/support/packet_builder.hpp"
+
+namespace fedgate {
+namespace {
+
+using namespace fedgate::test;
+using Kind = Nat::Verdict::Kind;
+
+constexpr std::size_t kL3 = 14;  // every frame here is untagged with a 20-byte IPv4 header
+constexpr std::size_t kL4 = kL3 + 20;
+
+std::string_view kind_name(Kind k) {
+    return k == Kind::forward ? "forward" : k == Kind::drop ? "drop" : "not_nat";
+}
+
+std::string field_at(std::size_t off) {
+    if (off < kL3) return "ethernet";
+    if (off < kL4) {
+        static const char* const names[] = {"ver/ihl", "tos", "total length", "total length", "id", "id",
+                                            "frag", "frag", "ttl", "proto", "ip checksum", "ip checksum",
+                                            "src", "src", "src", "src", "dst", "dst", "dst", "dst"};
+        return std::string("ipv4 ") + names[off - kL3];
+    }
+    return "l4 +" + std::to_string(off - kL4);
+}
+
+// Exact bytes, naming the first difference.
+testing::AssertionResult same_bytes(const std::vector<uint8_t>& actual, const std::vector<uint8_t>& expected) {
+    if (actual.size() != expected.size())
+        return testing::AssertionFailure() << "length " << actual.size() << ", expected " << expected.size();
+    for (std::size_t i = 0; i < actual.size(); ++i)
+        if (actual[i] != expected[i]) {
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "byte %zu (%s): 0x%02x, expected 0x%02x", i, field_at(i).c_str(), actual[i],
+                          expected[i]);
+            return testing::AssertionFailure() << buf;
+        }
+    return testing::AssertionSuccess();
+}
+
+bool ipv4_checksum_ok(const std::vector<uint8_t>& f) {
+    return inet_checksum(&f[kL3], (f[kL3] & 0x0f) * 4u) == 0;
+}
+
+// Pseudo-header plus segment sums to all ones; a UDP checksum of 0 means "none" and is accepted.
+// ICMP: the message alone.
+bool l4_checksum_ok(const std::vector<uint8_t>& f) {
+    const std::size_t ihl = (f[kL3] & 0x0f) * 4u;
+    const std::size_t len = get16(f, kL3 + 2) - ihl;
+    const uint8_t proto = f[kL3 + 9];
+    if (proto == kIpProtoIcmp) return inet_checksum(&f[kL3 + ihl], len) == 0;
+    if (proto == kIpProtoUdp && get16(f, kL3 + ihl + 6) == 0) return true;
+    return inet_checksum(&f[kL3 + ihl], len, PacketBuilder::pseudo_sum(f, kL3, len)) == 0;
+}
+
+uint16_t sport_of(const std::vector<uint8_t>& f) { return get16(f, kL4); }
+
+struct Counts {
+    uint64_t created = 0, expired = 0, refused_full = 0, alloc_miss = 0, translated = 0;
+    bool operator==(const Counts&) const = default;
+};
+void PrintTo(const Counts& c, std::ostream* os) {
+    *os << "{created " << c.created << ", expired " << c.expired << ", refused_full " << c.refused_full
+        << ", alloc_miss " << c.alloc_miss << ", translated " << c.translated << "}";
+}
+Counts counts(const Nat& nat) {
+    const NatCounters& c = nat.counters();
+    return {c.sessions_created.get(), c.sessions_expired.get(), c.sessions_refused_full.get(), c.port_alloc_miss.get(),
+            c.translated.get()};
+}
+
+// Sends `frame` through the rig and expects a forward out of `out_port`; returns the rewritten frame.
+std::vector<uint8_t> forwarded(NatRig& rig, std::vector<uint8_t> frame, uint16_t in_port, uint64_t now,
+                               uint16_t out_port) {
+    const Nat::Verdict v = rig.handle(frame, in_port, now);
+    EXPECT_EQ(kind_name(v.kind), kind_name(Kind::forward)) << drop_reason_name(v.reason);
+    EXPECT_EQ(v.out_port, out_port);
+    EXPECT_TRUE(ipv4_checksum_ok(frame));
+    EXPECT_TRUE(l4_checksum_ok(frame));
+    return frame;
+}
+
+// Sends `frame` and expects it dropped for `why`, untouched.
+void dropped(NatRig& rig, std::vector<uint8_t> frame, uint16_t in_port, uint64_t now, DropReason why) {
+    const std::vector<uint8_t> before = frame;
+    const Nat::Verdict v = rig.handle(frame, in_port, now);
+    EXPECT_EQ(kind_name(v.kind), kind_name(Kind::drop));
+    EXPECT_EQ(drop_reason_name(v.reason), drop_reason_name(why));
+    EXPECT_TRUE(same_bytes(frame, before));
+}
+
+void not_translated(NatRig& rig, std::vector<uint8_t> frame, uint16_t in_port, uint64_t now) {
+    const std::vector<uint8_t> before = frame;
+    const Nat::Verdict v = rig.handle(frame, in_port, now);
+    EXPECT_EQ(kind_name(v.kind), kind_name(Kind::not_nat));
+    EXPECT_TRUE(same_bytes(frame, before));
+}
+
+// Import TCP through the fixtures' rule: node:sport -> internal:P, and the peer's packets back.
+std::vector<uint8_t> node_tcp(uint16_t sport, uint8_t flags) {
+    return tcp_frame(kNode, sport, kInternalAddr, kImportTcpPort, flags);
+}
+std::vector<uint8_t> peer_tcp(uint16_t nat_port, uint8_t flags) {
+    return tcp_frame(kPeer, kPeerTcpPort, kExternalAddr, nat_port, flags);
+}
+std::vector<uint8_t> node_udp(uint16_t sport) { return udp_frame(kNode, sport, kInternalAddr, kImportUdpPort); }
+std::vector<uint8_t> peer_udp(uint16_t nat_port) { return udp_frame(kPeer, kPeerUdpPort, kExternalAddr, nat_port); }
+
+uint32_t free_ports(const Nat& nat, Nat::Pool pool, L4Proto proto) { return nat.pool(pool, proto).free_count(); }
+
+// ---- The fixture table -------------------------------------------------------------------------
+
+TEST(NatFixtures, EveryFixtureFrameIsAValidPacket) {
+    for (const NatCase& c : nat_fixture_cases()) {
+        SCOPED_TRACE(c.description);
+        for (const auto* f : {&c.input, &c.expected}) {
+            ParsedPacket p;
+            ASSERT_EQ(drop_reason_name(parse_packet(f->data(), static_cast<uint32_t>(f->size()), p)), "none");
+            EXPECT_TRUE(ipv4_checksum_ok(*f));
+            EXPECT_TRUE(l4_checksum_ok(*f));
+        }
+    }
+}
+
+TEST(NatFixtures, EveryCaseGivesItsVerdictAndExactOutputBytes) {
+    NatRig rig;
+    for (const NatCase& c : nat_fixture_cases()) {
+        SCOPED_TRACE(c.description);
+        std::vector<uint8_t> frame = c.input;
+        const Nat::Verdict v = rig.handle(frame, c.in_port, c.now_ms);
+        EXPECT_EQ(kind_name(v.kind), kind_name(c.kind));
+        EXPECT_EQ(drop_reason_name(v.reason), drop_reason_name(c.reason));
+        EXPECT_TRUE(same_bytes(frame, c.expected));
+        if (c.kind == Kind::forward) {
+            EXPECT_EQ(v.out_port, c.out_port);
+            uint32_t dst;
+            std::memcpy(&dst, &c.expected[kL3 + 16], 4);
+            EXPECT_EQ(v.next_hop, dst) << "every fixture route is on-link";
+        }
+    }
+}
+
+TEST(NatFixtures, ReplayOpensOneSessionAndOnePortPerNewFlowAndCountsEveryForward) {
+    NatRig rig;
+    uint64_t forwards = 0, icmp_forwards = 0;
+    for (const NatCase& c : nat_fixture_cases()) {
+        std::vector<uint8_t> frame = c.input;
+        rig.handle(frame, c.in_port, c.now_ms);
+        const bool icmp = c.input[kL3 + 9] == kIpProtoIcmp;
+        forwards += c.kind == Kind::forward && !icmp;
+        icmp_forwards += c.kind == Kind::forward && icmp;
+    }
+    // Three TCP imports, two UDP imports, a TCP export, a UDP export.
+    EXPECT_EQ(rig.nat.session_count(), 7u);
+    EXPECT_EQ(counts(rig.nat), (Counts{7, 0, 0, 0, forwards}));
+    EXPECT_EQ(rig.nat.counters().icmp_errors_translated.get(), icmp_forwards);
+    EXPECT_EQ(icmp_forwards, 2u);
+    EXPECT_EQ(rig.nat.counters().mss_clamped.get(), 2u);
+    const uint32_t all = rig.nat.pool(Nat::Pool::external, L4Proto::tcp).size();
+    EXPECT_EQ(all, 40000u);
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::external, L4Proto::tcp), all - 3);
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::external, L4Proto::udp), all - 2);
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::internal, L4Proto::tcp), all - 1);
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::internal, L4Proto::udp), all - 1);
+}
+
+// ---- Limits --------------------------------------------------------------------------------------
+
+TEST(NatLimits, FullSessionTableRefusesNewSessionsAndExistingOnesKeepTranslating) {
+    NatConfig cfg;
+    cfg.max_sessions = 2;
+    NatRig rig(cfg);
+    forwarded(rig, node_udp(41000), 0, 0, 1);
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    ASSERT_EQ(rig.nat.session_count(), 2u);
+    const uint32_t udp_free = free_ports(rig.nat, Nat::Pool::external, L4Proto::udp);
+
+    dropped(rig, node_udp(41001), 0, 1, DropReason::session_table_full);
+    dropped(rig, tcp_frame(kPeer, 45000, kExternalAddr, kExportTcpPort, kSyn), 1, 1, DropReason::session_table_full);
+    EXPECT_EQ(rig.nat.session_count(), 2u);
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::external, L4Proto::udp), udp_free) << "the refused port went back";
+    EXPECT_EQ(counts(rig.nat), (Counts{2, 0, 2, 0, 2}));
+
+    // Both existing sessions, both directions, exactly as before.
+    EXPECT_TRUE(same_bytes(forwarded(rig, node_udp(41000), 0, 2, 1),
+                           udp_frame(kExternalAddr, kFirstNatPort, kPeer, kPeerUdpPort, 32, 63)));
+    EXPECT_TRUE(same_bytes(forwarded(rig, peer_udp(kFirstNatPort), 1, 2, 0),
+                           udp_frame(kInternalAddr, kImportUdpPort, kNode, 41000, 32, 63)));
+    EXPECT_TRUE(same_bytes(forwarded(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 2, 0),
+                           tcp_frame(kInternalAddr, kImportTcpPort, kNode, 40000, kSyn | kAck, 1000, 0, 63)));
+    EXPECT_TRUE(same_bytes(forwarded(rig, node_tcp(40000, kAck), 0, 2, 1),
+                           tcp_frame(kExternalAddr, kFirstNatPort, kPeer, kPeerTcpPort, kAck, 1000, 0, 63)));
+    EXPECT_EQ(counts(rig.nat), (Counts{2, 0, 2, 0, 6}));
+}
+
+TEST(NatLimits, EmptyPortPoolRefusesNewSessionsAndCountsAMiss) {
+    NatConfig cfg;
+    cfg.port_lo = 20000, cfg.port_hi = 20001;
+    NatRig rig(cfg);
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41000), 0, 0, 1)), 20000);
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41001), 0, 0, 1)), 20001);
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::external, L4Proto::udp), 0u);
+
+    dropped(rig, node_udp(41002), 0, 1, DropReason::nat_ports_exhausted);
+    EXPECT_EQ(rig.nat.session_count(), 2u);
+    EXPECT_EQ(counts(rig.nat), (Counts{2, 0, 0, 1, 2}));
+
+    // The other pools are their own: TCP imports and UDP exports still get ports.
+    EXPECT_EQ(sport_of(forwarded(rig, node_tcp(40000, kSyn), 0, 2, 1)), 20000);
+    EXPECT_EQ(sport_of(forwarded(rig, udp_frame(kPeer, 45000, kExternalAddr, kExportUdpPort), 1, 2, 0)), 20000);
+    // And the flows that have a port keep working.
+    EXPECT_EQ(get16(forwarded(rig, peer_udp(20001), 1, 3, 0), kL4 + 2), 41001);
+    EXPECT_EQ(counts(rig.nat), (Counts{4, 0, 0, 1, 5}));
+}
+
+// ---- Idle timeouts -------------------------------------------------------------------------------
+
+NatConfig short_timeouts() {
+    NatConfig c;
+    c.max_sessions = 64;
+    c.timeouts = {.tcp_established_ms = 5000, .tcp_transitory_ms = 1000, .udp_ms = 3000, .tcp_closing_ms = 200};
+    return c;
+}
+
+// Expires with a budget that covers the whole table.
+uint32_t expire_all(NatRig& rig, uint64_t now) { return rig.nat.expire(now, rig.nat.sessions().capacity()); }
+
+TEST(NatTimeouts, SynOnlySessionExpiresAfterTheTransitoryTimeout) {
+    NatRig rig(short_timeouts());
+    const uint32_t all = rig.nat.pool(Nat::Pool::external, L4Proto::tcp).size();
+    forwarded(rig, node_tcp(40000, kSyn), 0, 100, 1);
+    forwarded(rig, node_tcp(40000, kSyn), 0, 600, 1);  // a retransmitted SYN refreshes it, still transitory
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::external, L4Proto::tcp), all - 1);
+    EXPECT_EQ(expire_all(rig, 1599), 0u);
+    EXPECT_EQ(expire_all(rig, 1600), 1u);
+    EXPECT_EQ(rig.nat.session_count(), 0u);
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::external, L4Proto::tcp), all);
+    EXPECT_EQ(counts(rig.nat), (Counts{1, 1, 0, 0, 2}));
+    // Gone both ways: the reply is not translated, and the node's next non-SYN has no session.
+    not_translated(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 1601);
+    dropped(rig, node_tcp(40000, kAck), 0, 1601, DropReason::tcp_no_session);
+}
+
+TEST(NatTimeouts, RepliedTcpSessionUsesTheEstablishedTimeout) {
+    NatRig rig(short_timeouts());
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    forwarded(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 10, 0);
+    forwarded(rig, node_tcp(40000, kAck), 0, 20, 1);  // the node speaking again does not undo "replied"
+    EXPECT_EQ(expire_all(rig, 1020), 0u);             // past the transitory timeout
+    EXPECT_EQ(expire_all(rig, 5019), 0u);
+    EXPECT_EQ(expire_all(rig, 5020), 1u);
+    EXPECT_EQ(rig.nat.session_count(), 0u);
+}
+
+TEST(NatTimeouts, FinFromOneSideKeepsEstablishedAndFinFromBothUsesTheClosingTimeout) {
+    NatRig rig(short_timeouts());
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    forwarded(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 10, 0);
+    forwarded(rig, node_tcp(40000, kFin | kAck), 0, 20, 1);
+    EXPECT_EQ(expire_all(rig, 20 + 200), 0u) << "one FIN is not closing";
+    forwarded(rig, peer_tcp(kFirstNatPort, kFin | kAck), 1, 1000, 0);
+    EXPECT_EQ(expire_all(rig, 1199), 0u);
+    EXPECT_EQ(expire_all(rig, 1200), 1u);
+}
+
+TEST(NatTimeouts, TwoFinsFromTheSameSideAreNotClosing) {
+    NatRig rig(short_timeouts());
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    forwarded(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 10, 0);
+    forwarded(rig, node_tcp(40000, kFin | kAck), 0, 20, 1);
+    forwarded(rig, node_tcp(40000, kFin | kAck), 0, 30, 1);
+    EXPECT_EQ(expire_all(rig, 5029), 0u);
+    EXPECT_EQ(expire_all(rig, 5030), 1u);
+}
+
+TEST(NatTimeouts, RstFromEitherSideUsesTheClosingTimeout) {
+    NatRig rig(short_timeouts());
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);  // port 20000
+    forwarded(rig, node_tcp(40001, kSyn), 0, 0, 1);  // port 20001
+    forwarded(rig, node_tcp(40000, kRst), 0, 10, 1);
+    forwarded(rig, peer_tcp(kFirstNatPort + 1, kRst | kAck), 1, 10, 0);
+    EXPECT_EQ(expire_all(rig, 209), 0u);
+    EXPECT_EQ(expire_all(rig, 210), 2u);
+    EXPECT_EQ(counts(rig.nat).expired, 2u);
+}
+
+TEST(NatTimeouts, UdpSessionUsesTheUdpTimeoutRefreshedByEitherDirection) {
+    NatRig rig(short_timeouts());
+    forwarded(rig, node_udp(41000), 0, 0, 1);  // A: 20000, never again
+    forwarded(rig, node_udp(41001), 0, 0, 1);  // B: 20001
+    forwarded(rig, peer_udp(kFirstNatPort + 1), 1, 1000, 0);
+    forwarded(rig, node_udp(41001), 0, 2000, 1);
+    EXPECT_EQ(expire_all(rig, 2999), 0u);
+    EXPECT_EQ(expire_all(rig, 3000), 1u);
+    EXPECT_EQ(rig.nat.session_count(), 1u);
+    not_translated(rig, peer_udp(kFirstNatPort), 1, 3001);
+    EXPECT_EQ(expire_all(rig, 4999), 0u);
+    EXPECT_EQ(expire_all(rig, 5000), 1u);
+    EXPECT_EQ(rig.nat.session_count(), 0u);
+}
+
+TEST(NatTimeouts, ExpiredPortGoesBackToThePoolAndIsReusedLast) {
+    NatConfig cfg = short_timeouts();
+    cfg.port_lo = 20000, cfg.port_hi = 20002;
+    NatRig rig(cfg);
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41000), 0, 0, 1)), 20000);    // A
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41001), 0, 500, 1)), 20001);  // B
+    EXPECT_EQ(expire_all(rig, 3000), 1u);                                     // A
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::external, L4Proto::udp), 2u);
+    // FIFO: 20002 was free before 20000 came back.
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41002), 0, 3001, 1)), 20002);  // C
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41003), 0, 3002, 1)), 20000);  // D
+    // 20000 now belongs to D: the peer's packet to it reaches D's node port, not A's.
+    EXPECT_EQ(get16(forwarded(rig, peer_udp(20000), 1, 3003, 0), kL4 + 2), 41003);
+    dropped(rig, node_udp(41004), 0, 3004, DropReason::nat_ports_exhausted);
+    EXPECT_EQ(counts(rig.nat), (Counts{4, 1, 0, 1, 5}));
+}
+
+TEST(NatTimeouts, ExpireLooksAtNoMoreThanItsBudget) {
+    NatRig rig(short_timeouts());
+    for (uint16_t s = 0; s < 4; ++s) forwarded(rig, node_udp(static_cast<uint16_t>(41000 + s)), 0, 0, 1);
+    EXPECT_EQ(rig.nat.expire(10'000, 1), 1u);
+    EXPECT_EQ(rig.nat.expire(10'000, 2), 2u);
+    EXPECT_EQ(rig.nat.session_count(), 1u);
+    EXPECT_EQ(expire_all(rig, 10'000), 1u);
+    EXPECT_EQ(counts(rig.nat).expired, 4u);
+}
+
+TEST(NatTimeouts, NewSynOnAClosedSessionStartsItOver) {
+    // Disabled: fails today. The session keeps tcp_fin == 3 (and tcp_rst) for life, so a connection
+    // that reuses the 4-tuple inside the closing window stays on the closing timeout once established.
+    NatRig rig(short_timeouts());
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    forwarded(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 1, 0);
+    forwarded(rig, node_tcp(40000, kFin | kAck), 0, 2, 1);
+    forwarded(rig, peer_tcp(kFirstNatPort, kFin | kAck), 1, 3, 0);
+    forwarded(rig, node_tcp(40000, kSyn), 0, 100, 1);  // the same 4-tuple, a new connection
+    forwarded(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 101, 0);
+    forwarded(rig, node_tcp(40000, kAck), 0, 102, 1);
+    EXPECT_EQ(expire_all(rig, 102 + 200), 0u) << "established again: tcp_established_ms, not tcp_closing_ms";
+    EXPECT_EQ(expire_all(rig, 102 + 5000), 1u);
+}
+
+// ---- Counters -----------------------------------------------------------------------------------
+
+TEST(NatCounters, EachEventMovesExactlyItsCounter) {
+    NatConfig cfg = short_timeouts();
+    cfg.max_sessions = 3;
+    cfg.port_lo = 20000, cfg.port_hi = 20001;
+    NatRig rig(cfg);
+    EXPECT_EQ(counts(rig.nat), (Counts{0, 0, 0, 0, 0}));
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);  // TCP 20000
+    EXPECT_EQ(counts(rig.nat), (Counts{1, 0, 0, 0, 1}));
+    forwarded(rig, peer_tcp(20000, kSyn | kAck), 1, 0, 0);
+    EXPECT_EQ(counts(rig.nat), (Counts{1, 0, 0, 0, 2}));
+    dropped(rig, tcp_frame(kDeniedNode, 40000, kInternalAddr, kImportTcpPort, kSyn), 0, 0,
+            DropReason::map_source_denied);
+    dropped(rig, node_tcp(40009, kAck), 0, 0, DropReason::tcp_no_session);
+    not_translated(rig, tcp_frame(kNode, 40000, kInternalAddr, 9999, kSyn), 0, 0);
+    EXPECT_EQ(counts(rig.nat), (Counts{1, 0, 0, 0, 2})) << "refusals by rule are counted by the caller";
+    forwarded(rig, node_tcp(40001, kSyn), 0, 0, 1);  // TCP 20001
+    EXPECT_EQ(counts(rig.nat), (Counts{2, 0, 0, 0, 3}));
+    dropped(rig, node_tcp(40002, kSyn), 0, 0, DropReason::nat_ports_exhausted);
+    EXPECT_EQ(counts(rig.nat), (Counts{2, 0, 0, 1, 3}));
+    forwarded(rig, node_udp(41000), 0, 0, 1);  // UDP 20000: the table is now full
+    EXPECT_EQ(counts(rig.nat), (Counts{3, 0, 0, 1, 4}));
+    dropped(rig, node_udp(41001), 0, 0, DropReason::session_table_full);
+    EXPECT_EQ(counts(rig.nat), (Counts{3, 0, 1, 1, 4}));
+    EXPECT_EQ(expire_all(rig, 1'000'000), 3u);
+    EXPECT_EQ(counts(rig.nat), (Counts{3, 3, 1, 1, 4}));
+    EXPECT_EQ(sport_of(forwarded(rig, node_tcp(40002, kSyn), 0, 1'000'001, 1)), 20000);
+    EXPECT_EQ(counts(rig.nat), (Counts{4, 3, 1, 1, 5}));
+}
+
+// ---- Rules changing under live sessions ----------------------------------------------------------
+
+TEST(NatRules, DeletingARuleStopsNewSessionsButExistingOnesKeepTranslating) {
+    NatRig rig;
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    forwarded(rig, tcp_frame(kPeer, 45000, kExternalAddr, kExportTcpPort, kSyn), 1, 0, 0);
+    EXPECT_EQ(rig.maps.publish(L4Proto::tcp, htons(kImportTcpPort), static_cast<const ImportRule*>(nullptr)),
+              &rig.tcp_import);
+    EXPECT_EQ(rig.maps.publish(L4Proto::tcp, htons(kExportTcpPort), static_cast<const ExportRule*>(nullptr)),
+              &rig.tcp_export);
+
+    not_translated(rig, node_tcp(40001, kSyn), 0, 1);
+    not_translated(rig, tcp_frame(kPeer, 45001, kExternalAddr, kExportTcpPort, kSyn), 1, 1);
+    EXPECT_EQ(rig.nat.session_count(), 2u);
+
+    EXPECT_TRUE(same_bytes(forwarded(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 2, 0),
+                           tcp_frame(kInternalAddr, kImportTcpPort, kNode, 40000, kSyn | kAck, 1000, 0, 63)));
+    EXPECT_TRUE(same_bytes(forwarded(rig, node_tcp(40000, kAck), 0, 2, 1),
+                           tcp_frame(kExternalAddr, kFirstNatPort, kPeer, kPeerTcpPort, kAck, 1000, 0, 63)));
+    EXPECT_TRUE(same_bytes(forwarded(rig, tcp_frame(kPeer, 45000, kExternalAddr, kExportTcpPort, kAck), 1, 2, 0),
+                           tcp_frame(kInternalAddr, kFirstNatPort, kExportNode, kNodeTcpPort, kAck, 1000, 0, 63)));
+    EXPECT_TRUE(same_bytes(
+        forwarded(rig, tcp_frame(kExportNode, kNodeTcpPort, kInternalAddr, kFirstNatPort, kSyn | kAck), 0, 2, 1),
+        tcp_frame(kExternalAddr, kExportTcpPort, kPeer, 45000, kSyn | kAck, 1000, 0, 63)));
+}
+
+TEST(NatRules, ReplacingARuleChangesNewSessionsOnly) {
+    NatRig rig;
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    ImportRule moved = rig.tcp_import;
+    moved.peer_port = htons(6100);
+    rig.maps.publish(L4Proto::tcp, htons(kImportTcpPort), &moved);
+    EXPECT_EQ(get16(forwarded(rig, node_tcp(40001, kSyn), 0, 1, 1), kL4 + 2), 6100);
+    EXPECT_EQ(get16(forwarded(rig, node_tcp(40000, kAck), 0, 1, 1), kL4 + 2), kPeerTcpPort);
+}
+
+// ---- Session ports and mapped ports --------------------------------------------------------------
+
+TEST(NatPorts, SessionPortsSkipPortsThatAMappingServesOnTheSameAddress) {
+    NatRig rig;
+    // Exports on external TCP 20000-20001, an import on internal TCP 20000.
+    rig.maps.publish(L4Proto::tcp, htons(20000), &rig.tcp_export);
+    rig.maps.publish(L4Proto::tcp, htons(20001), &rig.tcp_export);
+    rig.maps.publish(L4Proto::tcp, htons(20000), &rig.tcp_import);
+    EXPECT_EQ(sport_of(forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1)), 20002);
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41000), 0, 0, 1)), 20000) << "UDP 20000 is not mapped";
+    EXPECT_EQ(sport_of(forwarded(rig, tcp_frame(kPeer, 45000, kExternalAddr, kExportTcpPort, kSyn), 1, 0, 0)), 20001);
+    EXPECT_EQ(counts(rig.nat), (Counts{3, 0, 0, 0, 3}));
+    // The skipped ports stay in the pool (at the back): a mapping may go away.
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::external, L4Proto::tcp), 40000u - 1);
+    EXPECT_EQ(free_ports(rig.nat, Nat::Pool::internal, L4Proto::tcp), 40000u - 1);
+}
+
+TEST(NatPorts, ABlockOfMappedPortsDoesNotRefuseNewSessions) {
+    // A run of mapped ports at the head of the pool is crossed, not taken for an empty pool.
+    NatRig rig;
+    for (uint16_t q = 20000; q < 20008; ++q) rig.maps.publish(L4Proto::tcp, htons(q), &rig.tcp_export);
+    EXPECT_EQ(sport_of(forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1)), 20008);
+    EXPECT_EQ(counts(rig.nat).alloc_miss, 0u);
+}
+
+// ---- Where a session's packets may come from -------------------------------------------------------
+
+TEST(NatPaths, APacketOfASessionOnTheWrongPortIsDropped) {
+    NatRig rig;
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    // The peer's reply belongs on the external port; injected on the internal one, it is refused.
+    dropped(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 0, 1, DropReason::session_wrong_port);
+    // And the node's side of it on the external port.
+    dropped(rig, node_tcp(40000, kAck), 1, 1, DropReason::session_wrong_port);
+    forwarded(rig, peer_tcp(kFirstNatPort, kSyn | kAck), 1, 2, 0);
+}
+
+TEST(NatPaths, AnImportFromASourceNotBehindTheInternalPortIsRefused) {
+    NatRig rig;
+    rig.tcp_import.n_allow = 0;  // any source the port reaches
+    // 198.19.0.77 lives behind the external port: it cannot use an import on the internal one.
+    dropped(rig, tcp_frame("198.19.0.77", 40000, kInternalAddr, kImportTcpPort, kSyn), 0, 0, DropReason::map_source_denied);
+    EXPECT_EQ(rig.nat.session_count(), 0u);
+}
+
+TEST(NatPaths, OnlyAPlainSynOpensATcpSession) {
+    NatRig rig;
+    dropped(rig, node_tcp(40000, kSyn | kFin), 0, 0, DropReason::tcp_no_session);
+    dropped(rig, node_tcp(40001, kSyn | kRst), 0, 0, DropReason::tcp_no_session);
+    dropped(rig, node_tcp(40002, kSyn | kAck), 0, 0, DropReason::tcp_no_session);
+    forwarded(rig, node_tcp(40003, kSyn), 0, 0, 1);
+    EXPECT_EQ(rig.nat.session_count(), 1u);
+}
+
+// ---- Checksums over random flows -----------------------------------------------------------------
+
+TEST(NatChecksum, RandomFlowsThroughImportExportAndRepliesComeOutExactlyAsBuiltFromScratch) {
+    std::mt19937 rng(1624);  // fixed, so a failure replays
+    const auto pick = [&](uint32_t lo, uint32_t hi) { return lo + rng() % (hi - lo + 1); };
+    const auto addr = [&](const char* net24) {
+        std::string s(net24);
+        return s.substr(0, s.rfind('.') + 1) + std::to_string(pick(2, 254));
+    };
+    const auto bytes = [&](std::size_t n) {
+        std::vector<uint8_t> b(n);
+        for (auto& x : b) x = static_cast<uint8_t>(rng());
+        return b;
+    };
+    // One frame of either protocol with a random payload, TTL and IP ID; UDP sometimes without a checksum.
+    struct Shape {
+        bool tcp;
+        uint8_t flags;
+        uint32_t seq;
+        std::vector<uint8_t> payload;
+        uint8_t ttl;
+        uint16_t id;
+        bool no_udp_checksum;
+    };
+    const auto shape = [&](bool tcp, uint8_t flags) {
+        return Shape{tcp, flags, static_cast<uint32_t>(rng()), bytes(pick(0, 300)), static_cast<uint8_t>(pick(2, 255)),
+                     static_cast<uint16_t>(rng()), !tcp && rng() % 8 == 0};
+    };
+    const auto frame = [](const Shape& s, const std::string& src, uint16_t sport, const std::string& dst,
+                          uint16_t dport, bool out) {
+        PacketBuilder b;
+        b.eth(kGatewayMac, kNeighbourMac).ipv4(src, dst, static_cast<uint8_t>(s.ttl - (out ? 1 : 0)), s.id);
+        if (s.tcp)
+            b.tcp(sport, dport, s.flags, s.seq);
+        else
+            b.udp(sport, dport);
+        if (!s.payload.empty()) b.payload(s.payload);
+        std::vector<uint8_t> f = b.build();
+        return s.no_udp_checksum ? without_udp_checksum(std::move(f)) : f;
+    };
+
+    NatConfig cfg;
+    cfg.max_sessions = 8192;
+    NatRig rig(cfg);
+    std::deque<ImportRule> imports;  // rules stay alive as long as the rig: old sessions never read them
+    std::deque<ExportRule> exports;
+    uint16_t next_port[2][2] = {{kFirstNatPort, kFirstNatPort}, {kFirstNatPort, kFirstNatPort}};  // [side][proto]
+
+    for (uint16_t i = 0; i < 1500; ++i) {
+        SCOPED_TRACE("flow " + std::to_string(i));
+        const bool tcp = rng() % 2 == 0;
+        const L4Proto proto = tcp ? L4Proto::tcp : L4Proto::udp;
+        const uint16_t unique = static_cast<uint16_t>(1024 + i);  // no two flows share a first key
+        // Rule ports stay below the pools, so a new flow never meets an older session's reply key.
+        const uint16_t rule_port = static_cast<uint16_t>(pick(1, 19999));
+        const uint16_t remote_port = static_cast<uint16_t>(pick(1, 65535));
+        const uint64_t now = i;
+
+        if (rng() % 2 == 0) {  // import: node:unique -> internal:P  =>  external:n -> peer:Q
+            const std::string node = addr("198.18.1.0"), peer = addr("198.19.0.0");
+            ImportRule& r = imports.emplace_back();
+            r.peer_addr = net_addr(peer.c_str());
+            r.peer_port = htons(remote_port);
+            rig.maps.publish(proto, htons(rule_port), &r);
+            const uint16_t n = next_port[0][tcp ? 0 : 1]++;
+            const Shape a = shape(tcp, kSyn), b = shape(tcp, kSyn | kAck), c = shape(tcp, kAck | kPsh);
+            EXPECT_TRUE(same_bytes(forwarded(rig, frame(a, node, unique, kInternalAddr, rule_port, false), 0, now, 1),
+                                   frame(a, kExternalAddr, n, peer, remote_port, true)));
+            EXPECT_TRUE(same_bytes(forwarded(rig, frame(b, peer, remote_port, kExternalAddr, n, false), 1, now, 0),
+                                   frame(b, kInternalAddr, rule_port, node, unique, true)));
+            EXPECT_TRUE(same_bytes(forwarded(rig, frame(c, node, unique, kInternalAddr, rule_port, false), 0, now, 1),
+                                   frame(c, kExternalAddr, n, peer, remote_port, true)));
+        } else {  // export: peer:unique -> external:Q  =>  internal:n -> node:R
+            const std::string node = addr("198.18.1.0"), peer = addr("198.19.0.0");
+            ExportRule& r = exports.emplace_back();
+            r.node_addr = net_addr(node.c_str());
+            r.node_port = htons(remote_port);
+            r.n_peers = 2;
+            r.peer_addrs[0] = net_addr(kStranger);
+            r.peer_addrs[1] = net_addr(peer.c_str());
+            rig.maps.publish(proto, htons(rule_port), &r);
+            const uint16_t n = next_port[1][tcp ? 0 : 1]++;
+            const Shape a = shape(tcp, kSyn), b = shape(tcp, kSyn | kAck), c = shape(tcp, kAck | kPsh);
+            EXPECT_TRUE(same_bytes(forwarded(rig, frame(a, peer, unique, kExternalAddr, rule_port, false), 1, now, 0),
+                                   frame(a, kInternalAddr, n, node, remote_port, true)));
+            EXPECT_TRUE(same_bytes(forwarded(rig, frame(b, node, remote_port, kInternalAddr, n, false), 0, now, 1),
+                                   frame(b, kExternalAddr, rule_port, peer, unique, true)));
+            EXPECT_TRUE(same_bytes(forwarded(rig, frame(c, peer, unique, kExternalAddr, rule_port, false), 1, now, 0),
+                                   frame(c, kInternalAddr, n, node, remote_port, true)));
+        }
+        if (HasFailure()) break;  // one broken flow says enough
+    }
+}
+
+}  // namespace
+}  // namespace fedgate
