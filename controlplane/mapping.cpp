@@ -56,20 +56,31 @@ void check_mapping(const ImportMapping& m, const Config& c) {
     if (m.peer_port == 0) throw MapError("peer_port", "must be 1..65535");
     if (m.allow.size() > kMaxImportAllow)
         throw MapError("allow", "at most " + std::to_string(kMaxImportAllow) + " prefixes");
+    for (const Ipv4Cidr& a : m.allow)
+        if ((a.addr & ~mask_of(a.prefix_len)) != 0)
+            throw MapError("allow", a.str() + " has host bits set (the prefix is " +
+                                        Ipv4Cidr{a.addr & mask_of(a.prefix_len), a.prefix_len}.str() + ")");
 }
 
 void check_mapping(const ExportMapping& m, const Config& c) {
     check_common(m.cluster, m.port, c);
     const bool inside = std::any_of(c.ports.begin(), c.ports.end(), [&](const PortConfig& p) {
-        return p.role == PortRoleCfg::internal && ((m.node ^ p.address.addr) & mask_of(p.address.prefix_len)) == 0 &&
-               m.node != p.address.addr;
+        const uint32_t mask = mask_of(p.address.prefix_len);
+        const bool net_or_bcast = p.address.prefix_len < 31 && ((m.node & ~mask) == 0 || (m.node & ~mask) == ~mask);
+        return p.role == PortRoleCfg::internal && ((m.node ^ p.address.addr) & mask) == 0 &&
+               m.node != p.address.addr && !net_or_bcast;
     });
     if (!inside) throw MapError("node", format_ipv4(m.node) + " is not a node address on an internal port's subnet");
     if (m.node_port == 0) throw MapError("node", "port must be 1..65535");
     if (m.allow_parties.size() > kMaxExportPeers)
         throw MapError("allow_parties", "at most " + std::to_string(kMaxExportPeers) + " parties");
-    for (const std::string& p : m.allow_parties)
+    for (std::size_t i = 0; i < m.allow_parties.size(); ++i) {
+        const std::string& p = m.allow_parties[i];
         if (c.peer(p) == nullptr) throw MapError("allow_parties", "'" + p + "' is not a configured peer party");
+        if (std::find(m.allow_parties.begin(), m.allow_parties.begin() + static_cast<long>(i), p) !=
+            m.allow_parties.begin() + static_cast<long>(i))
+            throw MapError("allow_parties", "'" + p + "' is listed twice");
+    }
 }
 
 nlohmann::ordered_json to_json(const ImportMapping& m, const Config& c) {

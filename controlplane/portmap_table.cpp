@@ -110,7 +110,12 @@ void PortMapTable::persist(const std::vector<ImportMapping>& imports, const std:
 }
 
 void PortMapTable::load(std::vector<std::string>* warnings) {
+    std::vector<std::string> ignored;
+    if (warnings == nullptr) warnings = &ignored;
     std::lock_guard lk(mu_);
+    // A reload starts from nothing published.
+    for (const auto& m : imports_) unpublish({"import", m.proto, m.port});
+    for (const auto& m : exports_) unpublish({"export", m.proto, m.port});
     imports_ = cfg_.imports;
     exports_ = cfg_.exports;
     deleted_config_.clear();
@@ -146,13 +151,15 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
                     if (std::any_of(imports_.begin(), imports_.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
                         throw MapError("port", mapping_key("import", m.proto, m.port) + " is now mapped by the config");
                     imports_.push_back(m);
-                } else {
+                } else if (kind == "export") {
                     ExportMapping m = export_from_json(a);
                     m.source = MapSource::cli;
                     check_mapping(m, cfg_);
                     if (std::any_of(exports_.begin(), exports_.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
                         throw MapError("port", mapping_key("export", m.proto, m.port) + " is now mapped by the config");
                     exports_.push_back(m);
+                } else {
+                    throw MapError("kind", "'" + kind + "' must be import or export");
                 }
             } catch (const std::exception& e) {
                 warnings->push_back(state_file_ + ": dropped a run-time mapping that no longer fits: " + e.what());
@@ -290,7 +297,8 @@ std::size_t PortMapTable::export_count() const {
 }
 
 nlohmann::ordered_json PortMapTable::handle(const nlohmann::ordered_json& req) {
-    const std::string cmd = req.at("cmd").get<std::string>();
+    if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) throw MapError("cmd", "missing");
+    const std::string cmd = req["cmd"].get<std::string>();
     const auto opt_string = [&](const char* name) -> std::optional<std::string> {
         if (!req.contains(name)) return std::nullopt;
         if (!req[name].is_string()) throw MapError(name, "must be a string");

@@ -385,19 +385,19 @@ TEST(ConfigErrors, UnknownKeyInDataplane) {
 
 TEST(ConfigErrors, MisspelledOptionalPortKeyIsUnknown) {
     const std::string text = replaced(kGood, "next_hop = ", "next_hpo = ");
-    EXPECT_TRUE(rejects(text, "port[1].next_hpo", "unknown key (known here: name, role, device, address, next_hop)", line_of(text, "next_hpo")));
+    EXPECT_TRUE(rejects(text, "port[1].next_hpo", "unknown key (known here: name, role, device, address, next_hop, static_neighbours)", line_of(text, "next_hpo")));
 }
 
 TEST(ConfigErrors, ExtraMisspelledAddressKeyIsUnknown) {
     const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"\n",
                                       "address = \"198.18.100.1/24\"\nadress = \"198.18.100.1/24\"\n");
-    EXPECT_TRUE(rejects(text, "port[1].adress", "unknown key (known here: name, role, device, address, next_hop)", line_of(text, "adress")));
+    EXPECT_TRUE(rejects(text, "port[1].adress", "unknown key (known here: name, role, device, address, next_hop, static_neighbours)", line_of(text, "adress")));
 }
 
 TEST(ConfigErrors, MisspelledRequiredKeyIsNamedAsTheTypo) {
     // Unknown keys are checked before required ones, so the message points at the typo itself.
     const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"", "adress = \"198.18.100.1/24\"");
-    EXPECT_TRUE(rejects(text, "port[1].adress", "unknown key (known here: name, role, device, address, next_hop)", line_of(text, "adress")));
+    EXPECT_TRUE(rejects(text, "port[1].adress", "unknown key (known here: name, role, device, address, next_hop, static_neighbours)", line_of(text, "adress")));
 }
 
 TEST(ConfigErrors, UnknownPortRole) {
@@ -594,6 +594,426 @@ TEST(ConfigErrors, EmptyPeerKeyIsCalledEmpty) {
 TEST(ConfigErrors, MissingPeerKeyPointsAtThePeerHeader) {
     const std::string text = replaced(kGood, "key = \"00112233445566778899aabbccddeeff\"\n", "");
     EXPECT_TRUE(rejects(text, "peer[0].key", "missing (required)", line_of(text, "[[peer]]")));
+}
+
+// ---- [nat], [[import]] and [[export]] ----
+
+const std::string kNat = R"([nat]
+port_range = "30000-39999"
+max_sessions = 50000
+tcp_established_s = 3600
+tcp_transitory_s = 120
+tcp_closing_s = 5
+udp_s = 90
+)";
+
+// Host bits in the second allow prefix are cleared when read.
+const std::string kImportTcp = R"([[import]]
+cluster = "train-1"
+proto = "tcp"
+port = 8080
+peer = "beta"
+peer_port = 9000
+allow = ["198.18.1.0/25", "198.18.1.77/24"]
+)";
+
+const std::string kImportUdp = R"([[import]]
+cluster = "train-2"
+proto = "udp"
+port = 8080
+peer = "gamma"
+peer_port = 9001
+)";
+
+// tcp/8080 is also an import above: imports and exports are different tables.
+const std::string kExportTcp = R"([[export]]
+cluster = "train-1"
+proto = "tcp"
+port = 8080
+node = "198.18.1.10:50051"
+allow_parties = ["beta", "gamma"]
+)";
+
+const std::string kExportUdp = R"([[export]]
+cluster = "train-2"
+proto = "udp"
+port = 9100
+node = "198.18.1.11:5353"
+)";
+
+// kGood with a second peer (gamma), then `nat`, `imports` and `exports`.
+std::string mapped_file(const std::string& nat, const std::string& imports, const std::string& exports) {
+    return kGood + "\n" + kGammaPeer + "\n" + nat + "\n" + imports + "\n" + exports;
+}
+
+const std::string kMapped = mapped_file(kNat, kImportTcp + "\n" + kImportUdp, kExportTcp + "\n" + kExportUdp);
+
+TEST(Config, NatImportAndExportTablesParseEveryValue) {
+    const fedgate::Config c = parse_config(kMapped, "test.toml");
+
+    EXPECT_EQ(c.nat.port_lo, 30000);
+    EXPECT_EQ(c.nat.port_hi, 39999);
+    EXPECT_EQ(c.nat.max_sessions, 50000u);
+    EXPECT_EQ(c.nat.tcp_established_s, 3600u);
+    EXPECT_EQ(c.nat.tcp_transitory_s, 120u);
+    EXPECT_EQ(c.nat.tcp_closing_s, 5u);
+    EXPECT_EQ(c.nat.udp_s, 90u);
+
+    ASSERT_EQ(c.imports.size(), 2u);
+    const fedgate::ImportMapping& i0 = c.imports[0];
+    EXPECT_EQ(i0.cluster, "train-1");
+    EXPECT_EQ(i0.proto, fedgate::Proto::tcp);
+    EXPECT_EQ(i0.port, 8080);
+    EXPECT_EQ(i0.peer, "beta");
+    EXPECT_EQ(i0.peer_port, 9000);
+    ASSERT_EQ(i0.allow.size(), 2u);
+    EXPECT_EQ(i0.allow[0].addr, 0xC6120100u);  // 198.18.1.0
+    EXPECT_EQ(i0.allow[0].prefix_len, 25);
+    EXPECT_EQ(i0.allow[1].addr, 0xC6120100u);  // 198.18.1.77/24 -> 198.18.1.0/24
+    EXPECT_EQ(i0.allow[1].prefix_len, 24);
+    EXPECT_EQ(i0.source, fedgate::MapSource::config);
+    const fedgate::ImportMapping& i1 = c.imports[1];
+    EXPECT_EQ(i1.cluster, "train-2");
+    EXPECT_EQ(i1.proto, fedgate::Proto::udp);
+    EXPECT_EQ(i1.port, 8080);
+    EXPECT_EQ(i1.peer, "gamma");
+    EXPECT_EQ(i1.peer_port, 9001);
+    EXPECT_TRUE(i1.allow.empty());
+    EXPECT_EQ(i1.source, fedgate::MapSource::config);
+
+    ASSERT_EQ(c.exports.size(), 2u);
+    const fedgate::ExportMapping& e0 = c.exports[0];
+    EXPECT_EQ(e0.cluster, "train-1");
+    EXPECT_EQ(e0.proto, fedgate::Proto::tcp);
+    EXPECT_EQ(e0.port, 8080);
+    EXPECT_EQ(e0.node, 0xC612010Au);  // 198.18.1.10
+    EXPECT_EQ(e0.node_port, 50051);
+    EXPECT_EQ(e0.allow_parties, (std::vector<std::string>{"beta", "gamma"}));
+    EXPECT_EQ(e0.source, fedgate::MapSource::config);
+    const fedgate::ExportMapping& e1 = c.exports[1];
+    EXPECT_EQ(e1.cluster, "train-2");
+    EXPECT_EQ(e1.proto, fedgate::Proto::udp);
+    EXPECT_EQ(e1.port, 9100);
+    EXPECT_EQ(e1.node, 0xC612010Bu);  // 198.18.1.11
+    EXPECT_EQ(e1.node_port, 5353);
+    EXPECT_TRUE(e1.allow_parties.empty());
+    EXPECT_EQ(e1.source, fedgate::MapSource::config);
+}
+
+TEST(Config, NatDefaultsWithoutANatTable) {
+    const fedgate::Config c = parse_config(kGood, "test.toml");
+    EXPECT_EQ(c.nat.port_lo, 20000);
+    EXPECT_EQ(c.nat.port_hi, 59999);
+    EXPECT_EQ(c.nat.max_sessions, 262144u);
+    EXPECT_EQ(c.nat.tcp_established_s, 7440u);
+    EXPECT_EQ(c.nat.tcp_transitory_s, 240u);
+    EXPECT_EQ(c.nat.tcp_closing_s, 10u);
+    EXPECT_EQ(c.nat.udp_s, 300u);
+    EXPECT_TRUE(c.imports.empty());
+    EXPECT_TRUE(c.exports.empty());
+}
+
+TEST(Config, NatDefaultsWithAnEmptyNatTable) {
+    const fedgate::Config c = parse_config(kGood + "\n[nat]\n", "test.toml");
+    EXPECT_EQ(c.nat.port_lo, fedgate::kDefaultNatPortLo);
+    EXPECT_EQ(c.nat.port_hi, fedgate::kDefaultNatPortHi);
+    EXPECT_EQ(c.nat.max_sessions, fedgate::kDefaultMaxSessions);
+    EXPECT_EQ(c.nat.tcp_established_s, fedgate::kDefaultTcpEstablishedS);
+    EXPECT_EQ(c.nat.tcp_transitory_s, fedgate::kDefaultTcpTransitoryS);
+    EXPECT_EQ(c.nat.tcp_closing_s, fedgate::kDefaultTcpClosingS);
+    EXPECT_EQ(c.nat.udp_s, fedgate::kDefaultUdpS);
+}
+
+TEST(Config, NatRangeOfExactly1024PortsIsEnough) {
+    const fedgate::Config c =
+        parse_config(replaced(kMapped, "port_range = \"30000-39999\"", "port_range = \"30000-31023\""), "test.toml");
+    EXPECT_EQ(c.nat.port_lo, 30000);
+    EXPECT_EQ(c.nat.port_hi, 31023);
+}
+
+// Session-port allocation skips mapped ports, so a mapping may use a port inside [nat] port_range.
+TEST(Config, MappedPortsInsideTheNatRangeAreAllowed) {
+    const std::string imports = replaced(kImportTcp, "port = 8080", "port = 30000") + "\n" +
+                                replaced(kImportUdp, "port = 8080", "port = 39999");
+    const std::string exports = replaced(kExportTcp, "port = 8080", "port = 35000");
+    const fedgate::Config c = parse_config(mapped_file(kNat, imports, exports), "test.toml");
+    ASSERT_EQ(c.imports.size(), 2u);
+    EXPECT_EQ(c.imports[0].port, 30000);
+    EXPECT_EQ(c.imports[1].port, 39999);
+    ASSERT_EQ(c.exports.size(), 1u);
+    EXPECT_EQ(c.exports[0].port, 35000);
+}
+
+TEST(Config, MappedPortInsideTheDefaultNatRangeIsAllowed) {
+    const fedgate::Config c =
+        parse_config(mapped_file("", replaced(kImportTcp, "port = 8080", "port = 50051"), ""), "test.toml");
+    ASSERT_EQ(c.imports.size(), 1u);
+    EXPECT_EQ(c.imports[0].port, 50051);
+}
+
+TEST(Config, SamePortAndProtoAsImportAndAsExportIsAllowed) {
+    const fedgate::Config c = parse_config(mapped_file(kNat, kImportTcp, kExportTcp), "test.toml");
+    ASSERT_EQ(c.imports.size(), 1u);
+    ASSERT_EQ(c.exports.size(), 1u);
+    EXPECT_EQ(c.imports[0].port, c.exports[0].port);
+    EXPECT_EQ(c.imports[0].proto, c.exports[0].proto);
+}
+
+TEST(Config, SamePortOverTcpAndUdpIsAllowed) {
+    const std::string exports = kExportTcp + "\n" + replaced(kExportUdp, "port = 9100", "port = 8080");
+    const fedgate::Config c = parse_config(mapped_file(kNat, kImportTcp + "\n" + kImportUdp, exports), "test.toml");
+    ASSERT_EQ(c.imports.size(), 2u);
+    ASSERT_EQ(c.exports.size(), 2u);
+    EXPECT_EQ(c.exports[1].port, 8080);
+    EXPECT_EQ(c.exports[1].proto, fedgate::Proto::udp);
+}
+
+// ---- bad files: [nat] ----
+
+const std::string kRangeMsg = "must be LO-HI within 1024-65535, at least 1024 ports";
+
+TEST(ConfigErrors, NatPortRangeWithoutADash) {
+    const std::string text = replaced(kMapped, "port_range = \"30000-39999\"", "port_range = \"30000\"");
+    EXPECT_TRUE(rejects(text, "nat.port_range", "'30000' " + kRangeMsg, line_of(text, "port_range")));
+}
+
+TEST(ConfigErrors, NatPortRangeWithWordsForPorts) {
+    const std::string text = replaced(kMapped, "port_range = \"30000-39999\"", "port_range = \"low-high\"");
+    EXPECT_TRUE(rejects(text, "nat.port_range", "'low-high' " + kRangeMsg, line_of(text, "port_range")));
+}
+
+TEST(ConfigErrors, NatPortRangeWithNoHighEnd) {
+    const std::string text = replaced(kMapped, "port_range = \"30000-39999\"", "port_range = \"30000-\"");
+    EXPECT_TRUE(rejects(text, "nat.port_range", "'30000-' " + kRangeMsg, line_of(text, "port_range")));
+}
+
+TEST(ConfigErrors, NatPortRangeAsAnInteger) {
+    const std::string text = replaced(kMapped, "port_range = \"30000-39999\"", "port_range = 30000");
+    EXPECT_TRUE(rejects(text, "nat.port_range", "must be a string", line_of(text, "port_range")));
+}
+
+TEST(ConfigErrors, NatPortRangeOf1023PortsIsTooSmall) {
+    const std::string text = replaced(kMapped, "port_range = \"30000-39999\"", "port_range = \"30000-31022\"");
+    EXPECT_TRUE(rejects(text, "nat.port_range", "'30000-31022' " + kRangeMsg, line_of(text, "port_range")));
+}
+
+TEST(ConfigErrors, NatPortRangeLowAboveHigh) {
+    const std::string text = replaced(kMapped, "port_range = \"30000-39999\"", "port_range = \"39999-30000\"");
+    EXPECT_TRUE(rejects(text, "nat.port_range", "'39999-30000' " + kRangeMsg, line_of(text, "port_range")));
+}
+
+TEST(ConfigErrors, NatPortRangeBelow1024) {
+    const std::string text = replaced(kMapped, "port_range = \"30000-39999\"", "port_range = \"1000-5000\"");
+    EXPECT_TRUE(rejects(text, "nat.port_range", "'1000-5000' " + kRangeMsg, line_of(text, "port_range")));
+}
+
+TEST(ConfigErrors, NatPortRangeAbove65535) {
+    const std::string text = replaced(kMapped, "port_range = \"30000-39999\"", "port_range = \"60000-70000\"");
+    EXPECT_TRUE(rejects(text, "nat.port_range", "'60000-70000' " + kRangeMsg, line_of(text, "port_range")));
+}
+
+TEST(ConfigErrors, NatMaxSessionsBelowItsRange) {
+    const std::string text = replaced(kMapped, "max_sessions = 50000", "max_sessions = 10");
+    EXPECT_TRUE(rejects(text, "nat.max_sessions", "10 is out of range 1024..16777216", line_of(text, "max_sessions")));
+}
+
+TEST(ConfigErrors, NatEstablishedTimeoutBelowAMinute) {
+    const std::string text = replaced(kMapped, "tcp_established_s = 3600", "tcp_established_s = 30");
+    EXPECT_TRUE(rejects(text, "nat.tcp_established_s", "30 is out of range 60..604800",
+                        line_of(text, "tcp_established_s")));
+}
+
+TEST(ConfigErrors, UnknownKeyInNat) {
+    const std::string text = replaced(kMapped, "udp_s = 90\n", "udp_s = 90\nicmp_s = 30\n");
+    EXPECT_TRUE(rejects(text, "nat.icmp_s",
+                        "unknown key (known here: port_range, max_sessions, tcp_established_s, tcp_transitory_s, "
+                        "tcp_closing_s, udp_s)",
+                        line_of(text, "icmp_s")));
+}
+
+// ---- bad files: [[import]] ----
+
+// kMapped's [nat] and peers, with one import (kImportTcp with `from` replaced by `to`) and no exports.
+std::string with_import(const std::string& from, const std::string& to) {
+    return mapped_file(kNat, replaced(kImportTcp, from, to), "");
+}
+
+TEST(ConfigErrors, ImportOfAnUnknownPeer) {
+    const std::string text = with_import("peer = \"beta\"", "peer = \"delta\"");
+    EXPECT_TRUE(rejects(text, "import[0].peer", "'delta' is not a configured peer party", line_of(text, "\"delta\"")));
+}
+
+TEST(ConfigErrors, ImportAllowThatIsNotAPrefix) {
+    const std::string text = with_import("\"198.18.1.77/24\"", "\"198.18.1.77\"");
+    EXPECT_TRUE(rejects(text, "import[0].allow", "'198.18.1.77' is not an IPv4 prefix like 198.18.1.0/24",
+                        line_of(text, "allow =")));
+}
+
+TEST(ConfigErrors, ImportAllowThatIsNotAList) {
+    const std::string text = with_import("allow = [\"198.18.1.0/25\", \"198.18.1.77/24\"]", "allow = \"198.18.1.0/25\"");
+    EXPECT_TRUE(rejects(text, "import[0].allow", "must be a list of strings", line_of(text, "allow =")));
+}
+
+TEST(ConfigErrors, ImportWithNinePrefixesAllowed) {
+    std::string nine;
+    for (int i = 0; i < 9; ++i) nine += std::string(i == 0 ? "" : ", ") + "\"198.18.1." + std::to_string(i * 16) + "/28\"";
+    const std::string text = with_import("allow = [\"198.18.1.0/25\", \"198.18.1.77/24\"]", "allow = [" + nine + "]");
+    EXPECT_TRUE(rejects(text, "import[0].allow", "at most 8 prefixes", line_of(text, "allow =")));
+}
+
+TEST(ConfigErrors, ImportWithEightPrefixesIsFine) {
+    std::string eight;
+    for (int i = 0; i < 8; ++i) eight += std::string(i == 0 ? "" : ", ") + "\"198.18.1." + std::to_string(i * 16) + "/28\"";
+    const fedgate::Config c = parse_config(
+        with_import("allow = [\"198.18.1.0/25\", \"198.18.1.77/24\"]", "allow = [" + eight + "]"), "test.toml");
+    ASSERT_EQ(c.imports.size(), 1u);
+    EXPECT_EQ(c.imports[0].allow.size(), 8u);
+    EXPECT_EQ(c.imports[0].allow[7].addr, 0xC6120170u);  // 198.18.1.112
+}
+
+TEST(ConfigErrors, ImportPortZero) {
+    const std::string text = with_import("port = 8080", "port = 0");
+    EXPECT_TRUE(rejects(text, "import[0].port", "0 is out of range 1..65535", line_of(text, "port = 0")));
+}
+
+TEST(ConfigErrors, SameImportProtoAndPortTwice) {
+    const std::string second = replaced(replaced(kImportTcp, "cluster = \"train-1\"", "cluster = \"train-9\""),
+                                        "peer_port = 9000", "peer_port = 9002");
+    const std::string text = mapped_file(kNat, kImportTcp + "\n" + second, "");
+    EXPECT_TRUE(rejects(text, "import[1].port", "tcp/8080 is already mapped by import[0]",
+                        line_of(text, "port = 8080", 2)));
+}
+
+TEST(ConfigErrors, ImportWithAnUnknownProto) {
+    const std::string text = with_import("proto = \"tcp\"", "proto = \"sctp\"");
+    EXPECT_TRUE(rejects(text, "import[0].proto", "'sctp' must be \"tcp\" or \"udp\"", line_of(text, "sctp")));
+}
+
+TEST(ConfigErrors, ImportWithABadClusterName) {
+    const std::string text = with_import("cluster = \"train-1\"", "cluster = \"train 1\"");
+    EXPECT_TRUE(rejects(text, "import[0].cluster", "'train 1' must be 1-32 letters, digits, '-' or '_'",
+                        line_of(text, "train 1")));
+}
+
+TEST(ConfigErrors, ImportPeerPortZero) {
+    const std::string text = with_import("peer_port = 9000", "peer_port = 0");
+    EXPECT_TRUE(rejects(text, "import[0].peer_port", "0 is out of range 1..65535", line_of(text, "peer_port")));
+}
+
+TEST(ConfigErrors, ImportMissingPeerPortPointsAtItsHeader) {
+    const std::string text = with_import("peer_port = 9000\n", "");
+    EXPECT_TRUE(rejects(text, "import[0].peer_port", "missing (required)", line_of(text, "[[import]]")));
+}
+
+TEST(ConfigErrors, UnknownKeyInImport) {
+    const std::string text = with_import("peer_port = 9000\n", "peer_port = 9000\npeerport = 9000\n");
+    EXPECT_TRUE(rejects(text, "import[0].peerport",
+                        "unknown key (known here: cluster, proto, port, peer, peer_port, allow)",
+                        line_of(text, "peerport")));
+}
+
+// ---- bad files: [[export]] ----
+
+std::string with_export(const std::string& from, const std::string& to) {
+    return mapped_file(kNat, "", replaced(kExportTcp, from, to));
+}
+
+TEST(ConfigErrors, ExportNodeWithoutAPort) {
+    const std::string text = with_export("node = \"198.18.1.10:50051\"", "node = \"198.18.1.10\"");
+    EXPECT_TRUE(rejects(text, "export[0].node", "'198.18.1.10' is not IP:PORT, like 198.18.2.10:8080",
+                        line_of(text, "node =")));
+}
+
+TEST(ConfigErrors, ExportNodeWithPortZero) {
+    const std::string text = with_export("node = \"198.18.1.10:50051\"", "node = \"198.18.1.10:0\"");
+    EXPECT_TRUE(rejects(text, "export[0].node", "'198.18.1.10:0' is not IP:PORT, like 198.18.2.10:8080",
+                        line_of(text, "node =")));
+}
+
+TEST(ConfigErrors, ExportNodeOutsideEveryInternalSubnet) {
+    const std::string text = with_export("node = \"198.18.1.10:50051\"", "node = \"198.18.50.10:50051\"");
+    EXPECT_TRUE(rejects(text, "export[0].node", "198.18.50.10 is not a node address on an internal port's subnet",
+                        line_of(text, "node =")));
+}
+
+TEST(ConfigErrors, ExportNodeOnTheExternalSubnet) {
+    const std::string text = with_export("node = \"198.18.1.10:50051\"", "node = \"198.18.100.10:50051\"");
+    EXPECT_TRUE(rejects(text, "export[0].node", "198.18.100.10 is not a node address on an internal port's subnet",
+                        line_of(text, "node =")));
+}
+
+TEST(ConfigErrors, ExportNodeThatIsTheInternalPortsOwnAddress) {
+    const std::string text = with_export("node = \"198.18.1.10:50051\"", "node = \"198.18.1.1:50051\"");
+    EXPECT_TRUE(rejects(text, "export[0].node", "198.18.1.1 is not a node address on an internal port's subnet",
+                        line_of(text, "node =")));
+}
+
+TEST(ConfigErrors, ExportNodeThatIsTheSubnetsNetworkOrBroadcastAddress) {
+    for (const char* node : {"198.18.1.0", "198.18.1.255"}) {
+        const std::string text = with_export("node = \"198.18.1.10:50051\"", std::string("node = \"") + node + ":80\"");
+        EXPECT_TRUE(rejects(text, "export[0].node", std::string(node) + " is not a node address on an internal port's subnet",
+                            line_of(text, "node =")));
+    }
+}
+
+TEST(ConfigErrors, ExportListingAPartyTwice) {
+    const std::string text = with_export("[\"beta\", \"gamma\"]", "[\"beta\", \"beta\"]");
+    EXPECT_TRUE(rejects(text, "export[0].allow_parties", "'beta' is listed twice", line_of(text, "allow_parties")));
+}
+
+TEST(Config, StaticNeighboursAreParsed) {
+    const std::string text = replaced(kGood, "address = \"198.18.100.1/24\"\n",
+                                      "address = \"198.18.100.1/24\"\nstatic_neighbours = [\"198.18.100.254 02:00:00:00:00:fe\"]\n");
+    const fedgate::Config c = parse_config(text, "test.toml");
+    ASSERT_EQ(c.ports[1].static_neighbours.size(), 1u);
+    EXPECT_EQ(c.ports[1].static_neighbours[0].first, *fedgate::parse_ipv4("198.18.100.254"));
+    EXPECT_EQ(c.ports[1].static_neighbours[0].second, (std::array<uint8_t, 6>{2, 0, 0, 0, 0, 0xfe}));
+}
+
+TEST(ConfigErrors, StaticNeighbourThatIsMalformedOrOffSubnet) {
+    const auto with = [](const char* entry) {
+        return replaced(kGood, "address = \"198.18.100.1/24\"\n",
+                        std::string("address = \"198.18.100.1/24\"\nstatic_neighbours = [\"") + entry + "\"]\n");
+    };
+    std::string text = with("198.18.100.254");
+    EXPECT_TRUE(rejects(text, "port[1].static_neighbours",
+                        "'198.18.100.254' must be \"IP MAC\", like \"198.19.0.254 02:00:00:00:00:01\"",
+                        line_of(text, "static_neighbours")));
+    text = with("198.18.9.1 02:00:00:00:00:01");
+    EXPECT_TRUE(rejects(text, "port[1].static_neighbours", "198.18.9.1 is not inside 198.18.100.1/24",
+                        line_of(text, "static_neighbours")));
+    text = with("198.18.100.9 01:00:5e:00:00:01");
+    EXPECT_TRUE(rejects(text, "port[1].static_neighbours", "'198.18.100.9 01:00:5e:00:00:01': the MAC is a group address",
+                        line_of(text, "static_neighbours")));
+}
+
+TEST(ConfigErrors, ExportToAnUnknownParty) {
+    const std::string text = with_export("[\"beta\", \"gamma\"]", "[\"beta\", \"delta\"]");
+    EXPECT_TRUE(rejects(text, "export[0].allow_parties", "'delta' is not a configured peer party",
+                        line_of(text, "allow_parties")));
+}
+
+TEST(ConfigErrors, SameExportProtoAndPortTwice) {
+    const std::string second = replaced(kExportTcp, "node = \"198.18.1.10:50051\"", "node = \"198.18.1.12:80\"");
+    const std::string text = mapped_file(kNat, "", kExportTcp + "\n" + second);
+    EXPECT_TRUE(rejects(text, "export[1].port", "tcp/8080 is already mapped by export[0]",
+                        line_of(text, "port = 8080", 2)));
+}
+
+TEST(ConfigErrors, ExportWithAnUnknownProto) {
+    const std::string text = with_export("proto = \"tcp\"", "proto = \"icmp\"");
+    EXPECT_TRUE(rejects(text, "export[0].proto", "'icmp' must be \"tcp\" or \"udp\"", line_of(text, "icmp")));
+}
+
+TEST(ConfigErrors, UnknownKeyInExport) {
+    const std::string text = with_export("allow_parties", "allow_party");
+    EXPECT_TRUE(rejects(text, "export[0].allow_party", "unknown key (known here: cluster, proto, port, node, allow_parties)",
+                        line_of(text, "allow_party")));
+}
+
+TEST(ConfigErrors, ImportThatIsNotAnArrayOfTables) {
+    const std::string text = replaced(kGood, "# fedgate test configuration\n", "# fedgate test configuration\nimport = 5\n");
+    EXPECT_TRUE(rejects(text, "import", "must be an array of tables [[import]]", 2));
 }
 
 // ---- files on disk ----
