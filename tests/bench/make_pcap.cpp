@@ -1,6 +1,13 @@
-// Writes the benchmark's input: a pcap of ICMP echo requests to the gateway's internal address from
-// many node addresses, built with the tests' packet builder.
+// Writes the benchmarks' input pcaps, built with the tests' packet builder:
+//  - echo mode (tests/bench/echo_bench.sh): ICMP echo requests to the gateway's internal address
+//    from many node addresses;
+//  - TCP flow mode (tests/bench/nat_bench.sh): one 64-byte TCP SYN per flow (Ethernet 14 + IPv4 20
+//    + TCP 20, padded to 60 bytes, 64 on the wire with the FCS) from node 198.18.1.x:sport to the
+//    gateway's internal address and a mapped port. The gateway opens a session on the first pass
+//    over the file and translates every later pass's SYNs through it.
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 
@@ -9,29 +16,96 @@
 
 using fedgate::test::PacketBuilder;
 
-int main(int argc, char** argv) {
-    if (argc != 4) {
-        std::cerr << "usage: fedgate_bench_pcap OUT.pcap GATEWAY_IP COUNT\n"
-                     "  e.g. fedgate_bench_pcap echo.pcap 198.18.1.1 1024\n";
-        return 2;
-    }
-    const int count = std::atoi(argv[3]);
-    if (count < 1 || count > 65536) {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: fedgate_bench_pcap OUT.pcap GATEWAY_IP COUNT\n"
+    "         ICMP echo requests, e.g. fedgate_bench_pcap echo.pcap 198.18.1.1 1024\n"
+    "       fedgate_bench_pcap --tcp-flows OUT.pcap GATEWAY_IP PORT FLOWS\n"
+    "         one 64-byte TCP SYN per flow from 198.18.1.2..254 x source ports 1024.. to GATEWAY_IP:PORT,\n"
+    "         e.g. fedgate_bench_pcap --tcp-flows nat.pcap 198.18.1.1 8080 65536\n";
+
+constexpr uint32_t kNodes = 253;           // 198.18.1.2 .. 198.18.1.254
+constexpr uint32_t kFirstSport = 1024;
+constexpr uint32_t kSports = 65536 - kFirstSport;
+constexpr uint32_t kMaxFlows = kNodes * kSports;
+constexpr std::size_t kMinFrame = 60;      // Ethernet minimum without the FCS
+
+bool parse_uint(const char* s, uint64_t max, uint64_t* out) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(s, &end, 10);
+    if (s[0] == '\0' || s[0] == '-' || *end != '\0' || v > max) return false;
+    *out = v;
+    return true;
+}
+
+int echo_mode(const char* out, const char* gateway, const char* count_arg) {
+    uint64_t count = 0;
+    if (!parse_uint(count_arg, 65536, &count) || count < 1) {
         std::cerr << "fedgate_bench_pcap: COUNT must be 1..65536\n";
         return 2;
     }
     std::vector<std::vector<uint8_t>> frames;
-    for (int i = 0; i < count; ++i) {
+    for (uint64_t i = 0; i < count; ++i) {
         const fedgate::test::Mac src{0x02, 0, 0, 1, static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i)};
         const std::string node = "198.18.1." + std::to_string(2 + i % 250);
         // Broadcast destination: the vdev's MAC is not known before the run, and both the gateway
         // and testpmd's icmpecho engine accept it.
         frames.push_back(PacketBuilder()
                              .eth(fedgate::test::kBroadcast, src)
-                             .ipv4(node, argv[2], 64, static_cast<uint16_t>(i))
+                             .ipv4(node, gateway, 64, static_cast<uint16_t>(i))
                              .icmp(8, 0, 0x4242, static_cast<uint16_t>(i))
                              .payload(56)
                              .build());
     }
-    return fedgate::test::write_pcap(argv[1], frames) ? 0 : 1;
+    return fedgate::test::write_pcap(out, frames) ? 0 : 1;
+}
+
+int tcp_flow_mode(const char* out, const char* gateway, const char* port_arg, const char* flows_arg) {
+    uint64_t port = 0, flows = 0;
+    if (!parse_uint(port_arg, 65535, &port) || port < 1) {
+        std::cerr << "fedgate_bench_pcap: PORT must be 1..65535\n";
+        return 2;
+    }
+    if (!parse_uint(flows_arg, kMaxFlows, &flows) || flows < 1) {
+        std::cerr << "fedgate_bench_pcap: FLOWS must be 1.." << kMaxFlows << " (" << kNodes << " node addresses x "
+                  << kSports << " source ports)\n";
+        return 2;
+    }
+    try {
+        fedgate::test::ip(gateway);
+    } catch (const std::exception&) {
+        std::cerr << "fedgate_bench_pcap: GATEWAY_IP '" << gateway << "' is not an IPv4 address\n";
+        return 2;
+    }
+    // Flow i: node 198.18.1.(2 + i % 253), source port 1024 + i / 253. Consecutive packets come
+    // from different nodes, as they would from many busy hosts.
+    std::vector<std::vector<uint8_t>> frames;
+    frames.reserve(flows);
+    std::string nodes[kNodes];
+    for (uint32_t n = 0; n < kNodes; ++n) nodes[n] = "198.18.1." + std::to_string(2 + n);
+    for (uint64_t i = 0; i < flows; ++i) {
+        const uint32_t node = static_cast<uint32_t>(i % kNodes);
+        const auto sport = static_cast<uint16_t>(kFirstSport + i / kNodes);
+        // Each node its own unicast MAC; broadcast destination as in echo mode (both fedgated and
+        // testpmd's io engine take it).
+        const fedgate::test::Mac src{0x02, 0, 0, 1, 0, static_cast<uint8_t>(2 + node)};
+        std::vector<uint8_t> f = PacketBuilder()
+                                     .eth(fedgate::test::kBroadcast, src)
+                                     .ipv4(nodes[node], gateway, 64, static_cast<uint16_t>(i))
+                                     .tcp(sport, static_cast<uint16_t>(port), 0x02 /* SYN */, static_cast<uint32_t>(1000 + i))
+                                     .build();
+        f.resize(kMinFrame, 0);  // Ethernet padding after the 40-byte IPv4 packet
+        frames.push_back(std::move(f));
+    }
+    return fedgate::test::write_pcap(out, frames) ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc == 6 && std::strcmp(argv[1], "--tcp-flows") == 0) return tcp_flow_mode(argv[2], argv[3], argv[4], argv[5]);
+    if (argc == 4 && argv[1][0] != '-') return echo_mode(argv[1], argv[2], argv[3]);
+    std::cerr << kUsage;
+    return 2;
 }

@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# tests/bench/nat_bench.sh — port-map proxy speed beside the reference, on the same vdevs.
+#
+# For each flow count N (NAT_BENCH_FLOWS, default "1024 65536 1048576"): a pcap of one 64-byte TCP
+# SYN per flow, node 198.18.1.x:sport -> 198.18.1.1:8080 (fedgate_bench_pcap --tcp-flows), is read
+# by net_pcap (infinite_rx=1) and sent out of a net_null port, first by dpdk-testpmd in io mode,
+# then by fedgated, which translates it through an import mapping (tcp 8080 -> peer beta
+# 198.19.0.2:9000): the first pass over the file opens a session per flow, every later pass is the
+# established-flow fast path. Both forward on lcore 1 for the same time; the figure is the ratio of
+# packets per second sent on port 1. Only the EAL layout and the vdevs are shared.
+#
+# For the largest N the mapping is added at run time instead (fedgatectl map add), while nat.created
+# is sampled as fast as the management socket answers: every packet then opens a session, which
+# gives the daemon's new-session rate.
+#
+# Limit: a session takes a port of the external address ([nat] port_range, at most 1024-65535 and
+# here 8081-65535 because the mapped port 8080 must lie outside it), one pool per protocol per lcore,
+# so one lcore holds at most that many TCP import sessions, whatever max_sessions says. Flows beyond
+# it are refused on every pass (port_alloc_miss, counted drops); the script reports them.
+#
+# usage: nat_bench.sh BUILD_DIR [SECONDS]     (root; about 2 x SECONDS + start-up per N)
+#   NAT_BENCH_FLOWS="1024 65536 1048576"   flow counts
+#   NAT_BENCH_TP_MBUF_SIZE=2176            testpmd's --mbuf-size (fedgated's mbufs are 2176 bytes)
+set -euo pipefail
+BUILD=$(realpath "${1:?usage: nat_bench.sh BUILD_DIR [SECONDS]}")
+SECS=${2:-10}
+FLOWS=${NAT_BENCH_FLOWS:-1024 65536 1048576}
+TP_MBUF_SIZE=${NAT_BENCH_TP_MBUF_SIZE:-2176}
+[[ $SECS =~ ^[0-9]+$ ]] && ((SECS >= 3)) || { echo "nat_bench: SECONDS must be >= 3" >&2; exit 2; }
+for n in $FLOWS; do
+    [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 4000000)) || { echo "nat_bench: flow count '$n' must be 1..4000000" >&2; exit 2; }
+done
+[[ $TP_MBUF_SIZE =~ ^[0-9]+$ ]] && ((TP_MBUF_SIZE >= 256)) || { echo "nat_bench: NAT_BENCH_TP_MBUF_SIZE must be >= 256" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "nat_bench: run as root (EAL)" >&2; exit 1; }
+command -v dpdk-testpmd >/dev/null || { echo "nat_bench: dpdk-testpmd not found (apt-get install dpdk-dev)" >&2; exit 1; }
+for b in tests/fedgate_bench_pcap controlplane/fedgated tools/fedgatectl; do
+    [[ -x $BUILD/$b ]] || { echo "nat_bench: $BUILD/$b missing: build first" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d /tmp/fedgate-natbench.XXXXXX)
+TP_PREFIX=fgnat-tp-$$
+FG_PREFIX=fgnat-fg-$$
+PIDS=()
+stop_all() {
+    local p
+    for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    PIDS=()
+}
+cleanup() {
+    stop_all
+    rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX"
+}
+trap cleanup EXIT
+
+MAPPED_PORT=8080
+PORT_RANGE_LO=8081 PORT_RANGE_HI=65535
+POOL_PORTS=$((PORT_RANGE_HI - PORT_RANGE_LO + 1))
+NULL_VDEV="net_null0,no-rx=1"
+# The largest N measures the new-session rate too.
+NEWSESS_N=$(tr ' ' '\n' <<<"$FLOWS" | sort -n | tail -1)
+# Memory for the EAL (--no-huge: -m is all there is): net_pcap's infinite_rx keeps a copy of every
+# packet of the file in an mbuf for the whole run, so the pool holds N mbufs plus working room.
+mbuf_count() { echo $(($1 + 32768)); }
+# With --no-huge the memory is not IOVA-contiguous, so the mempool never lets an object (mbuf header
+# 128 + data room + 64 of mempool header) straddle a 4 KB page: a 2176-byte mbuf takes a whole page.
+eal_mb() {  # mbufs, data room -> MB of -m, with room for rings and the rest
+    local per_page=$((4096 / ($2 + 192)))
+    ((per_page >= 1)) || per_page=1
+    echo $(((($1 + per_page - 1) / per_page) * 4096 / 1048576 + 384))
+}
+
+# Everything the script runs beside the forwarding lcore stays on CPU 0, off the measured core.
+ctl() { taskset -c 0 "$BUILD/tools/fedgatectl" --socket "$WORK/fedgated.sock" "$@"; }
+# One stats sample as "t tx_packets translated rx_packets drops created sessions": t in seconds.
+sample() {
+    ctl stats --json | taskset -c 0 python3 -c '
+import json, sys, time
+r = json.load(sys.stdin); n = r["nat"]
+print(time.monotonic(), r["ports"][1]["tx_packets"], n["translated"], r["ports"][0]["rx_packets"],
+      sum(p["drops"] for p in r["ports"]), n["created"], n["sessions"])'
+}
+
+# The new-session rate: samples nat.created over the management socket as fast as it answers while
+# `fedgatectl map add` publishes the mapping; every packet of the file opens a session until the
+# port pool is empty.
+measure_new_sessions() {
+    taskset -c 0 python3 - "$WORK/fedgated.sock" "$BUILD/tools/fedgatectl" "$MAPPED_PORT" <<'PY'
+import json, socket, subprocess, sys, time
+sock_path, ctl, port = sys.argv[1:]
+period = 0.0005  # between samples: leave the control threads on CPU 0 time to breathe
+def created():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+    t0 = time.monotonic()
+    s.sendall(b'{"cmd":"stats"}\n')
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk: break
+        buf += chunk
+    t1 = time.monotonic()
+    s.close()
+    r = json.loads(buf)
+    r = r.get("result", r)
+    return (t0 + t1) / 2, r["nat"]["created"]
+base = created()[1]
+add = subprocess.Popen([ctl, "--socket", sock_path, "map", "add", "import", "--cluster", "bench", "--proto", "tcp",
+                        "--port", port, "--peer", "beta", "--peer-port", "9000"], stdout=subprocess.DEVNULL)
+samples = []
+deadline = time.monotonic() + 5
+while time.monotonic() < deadline:
+    t, c = created()
+    samples.append((t, c - base))
+    time.sleep(period)
+    # done once the count has stood still for 100 ms after it started
+    if c > base and len(samples) > 2:
+        still = [s for s in samples if s[0] >= t - 0.1]
+        if still[0][1] == c - base and t - samples[0][0] > 0.2 and len(still) > 3: break
+if add.wait() != 0:
+    print("new_sessions error: fedgatectl map add failed"); sys.exit(0)
+final = samples[-1][1]
+# Inside the creating phase: strictly between the last sample at 0 and the first at the final count.
+last_zero = max(i for i, s in enumerate(samples) if s[1] == 0) if samples[0][1] == 0 else None
+first_full = min(i for i, s in enumerate(samples) if s[1] == final)
+inside = samples[(last_zero + 1 if last_zero is not None else 0):first_full]
+slope = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]) if len(inside) >= 2 else 0
+bound = final / (samples[first_full][0] - samples[last_zero][0]) if last_zero is not None else 0
+gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:])]
+print(f"new_sessions {final} {int(slope)} {int(bound)} {len(inside)} {1e3 * sum(gaps) / max(1, len(gaps)):.2f}")
+PY
+}
+
+RESULTS=()
+for N in $FLOWS; do
+    PCAP="$WORK/nat-$N.pcap"
+    "$BUILD/tests/fedgate_bench_pcap" --tcp-flows "$PCAP" 198.18.1.1 "$MAPPED_PORT" "$N"
+    RX_VDEV="net_pcap0,rx_pcap=$PCAP,infinite_rx=1"
+    MBUFS=$(mbuf_count "$N")
+    echo "== N = $N flows: $MBUFS mbufs"
+
+    # --- the reference: testpmd io forwarding port 0 -> port 1 on lcore 1 ---
+    TP_MB=$(eal_mb "$MBUFS" "$TP_MBUF_SIZE")
+    # Line-buffered, so the wait below sees the first stats block when it is printed.
+    stdbuf -oL dpdk-testpmd -l 0,1 --no-huge --no-shconf -m "$TP_MB" --no-pci --log-level lib.eal:error \
+        --file-prefix "$TP_PREFIX" --vdev "$RX_VDEV" --vdev "$NULL_VDEV" -- \
+        --forward-mode=io --nb-cores=1 --auto-start --stats-period 1 --total-num-mbufs="$MBUFS" \
+        --mbuf-size="$TP_MBUF_SIZE" --no-mlockall >"$WORK/testpmd.log" 2>&1 &
+    PIDS+=($!)
+    # Loading the file into mbufs takes a while for large N: time from the first stats block.
+    for _ in $(seq 3000); do
+        grep -q 'NIC statistics for port 1' "$WORK/testpmd.log" && break
+        kill -0 "${PIDS[0]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    sleep "$SECS"
+    stop_all
+    # testpmd prints port 1's cumulative TX-packets once a second: rate = growth over the periods
+    # after the first two (warm-up), divided by their count.
+    tp_pps=$(awk '/NIC statistics for port 1/ {p=1; next} /^ *#+$/ {p=0}
+                  p && /TX-packets:/ {tx[n++] = $2} END {if (n > 3) printf "%d", (tx[n-1] - tx[2]) / (n - 3); else print 0}' \
+                  "$WORK/testpmd.log")
+    if [[ $tp_pps == 0 ]]; then
+        echo "nat_bench: testpmd measured nothing for N=$N; its log:" >&2
+        tail -20 "$WORK/testpmd.log" >&2
+    fi
+    rm -rf "/var/run/dpdk/$TP_PREFIX"
+
+    # --- fedgated on the same vdevs, data plane on lcore 1, never sleeping ---
+    FG_MBUFS=$MBUFS
+    ((FG_MBUFS <= 4194304)) || FG_MBUFS=4194304
+    FG_MB=$(eal_mb "$FG_MBUFS" 2176)
+    MAX_SESSIONS=$((N < 1024 ? 1024 : N))
+    IMPORT=""
+    if [[ $N != "$NEWSESS_N" ]]; then
+        IMPORT=$'[[import]]\ncluster = "bench"\nproto = "tcp"\nport = '"$MAPPED_PORT"$'\npeer = "beta"\npeer_port = 9000'
+    fi
+    rm -rf "$WORK/state"
+    cat >"$WORK/bench.toml" <<TOML
+[gateway]
+party = "bench"
+party_id = 1
+socket = "$WORK/fedgated.sock"
+state_dir = "$WORK/state"
+[eal]
+args = ["-l", "0,1", "--no-huge", "--no-shconf", "-m", "$FG_MB", "--no-pci", "--file-prefix", "$FG_PREFIX", "--log-level", "lib.eal:error"]
+[dataplane]
+idle = "spin"
+mbufs = $FG_MBUFS
+[nat]
+port_range = "$PORT_RANGE_LO-$PORT_RANGE_HI"
+max_sessions = $MAX_SESSIONS
+[[port]]
+name = "internal"
+role = "internal"
+device = "$RX_VDEV"
+address = "198.18.1.1/24"
+[[port]]
+name = "external"
+role = "external"
+device = "$NULL_VDEV"
+address = "198.19.0.1/24"
+static_neighbours = ["198.19.0.2 02:00:00:00:00:02"]
+[[peer]]
+party = "beta"
+party_id = 2
+address = "198.19.0.2"
+key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+$IMPORT
+TOML
+    "$BUILD/controlplane/fedgated" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
+    PIDS+=($!)
+    up=0
+    for _ in $(seq 3000); do
+        ctl status >/dev/null 2>&1 && { up=1; break; }
+        kill -0 "${PIDS[0]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ((up == 0)); then
+        echo "nat_bench: fedgated did not come up for N=$N; its log:" >&2
+        tail -20 "$WORK/fedgated.log" >&2
+        stop_all
+        RESULTS+=("$N 0 $tp_pps 0 0 0 0 - - - - -")
+        continue
+    fi
+    newsess="- - - - -"
+    if [[ $N == "$NEWSESS_N" ]]; then
+        sleep 1  # the data plane drops what no mapping serves yet (l4_unhandled)
+        line=$(measure_new_sessions)
+        [[ $line == new_sessions\ * ]] && newsess=${line#new_sessions } || echo "$line" >&2
+    fi
+    sleep 2  # the same warm-up testpmd's first two periods get
+    read -r t0 tx0 tr0 rx0 d0 _ _ < <(sample)
+    sleep $((SECS - 2))
+    read -r t1 tx1 tr1 rx1 d1 created sessions < <(sample)
+    ctl stats --json >"$WORK/stats-$N.json"
+    stop_all
+    rm -rf "/var/run/dpdk/$FG_PREFIX"
+    fg_pps=$(python3 -c "print(int(($tx1 - $tx0) / ($t1 - $t0)))")
+    tr_pps=$(python3 -c "print(int(($tr1 - $tr0) / ($t1 - $t0)))")
+    rx_pps=$(python3 -c "print(int(($rx1 - $rx0) / ($t1 - $t0)))")
+    drop_pps=$(python3 -c "print(int(($d1 - $d0) / ($t1 - $t0)))")
+    python3 - "$WORK/stats-$N.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); n = r["nat"]
+reasons = {k: v for k, v in r["drops_by_reason"].items() if v}
+print(f"   fedgated nat: sessions {n['sessions']} created {n['created']} refused_full {n['refused_full']} "
+      f"port_alloc_miss {n['port_alloc_miss']} translated {n['translated']}")
+print(f"   fedgated drops by reason (whole run): {reasons or 'none'}")
+PY
+    RESULTS+=("$N $fg_pps $tp_pps $tr_pps $rx_pps $drop_pps $sessions $newsess")
+done
+
+python3 - "$POOL_PORTS" "$TP_MBUF_SIZE" "${RESULTS[@]}" <<'PY'
+import sys
+pool, mbuf = int(sys.argv[1]), sys.argv[2]
+rows = [r.split() for r in sys.argv[3:]]
+print()
+print(f"64-byte TCP SYNs, net_pcap infinite_rx -> net_null, lcore 1; Mpps sent on port 1 "
+      f"(testpmd io, --mbuf-size {mbuf})")
+print("  fedgated, testpmd: Mpps sent on port 1; translated, fg rx, fg drops: fedgated's nat.translated,")
+print("  port-0 rx_packets and dropped packets per second (Mpps); sessions: nat.sessions at the end")
+print(f"{'flows':>9} {'fedgated':>9} {'testpmd':>9} {'ratio':>6} {'translated':>10} {'fg rx':>8} "
+      f"{'fg drops':>9} {'sessions':>9}")
+for r in rows:
+    n, fg, tp, tr, rx, drops, sessions = int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6])
+    ratio = f"{fg / tp:.2f}" if tp else "-"
+    note = "" if sessions == n else f"  <- {n - sessions} flows refused: {pool} session ports" if sessions else "  <- failed"
+    print(f"{n:>9} {fg / 1e6:>9.2f} {tp / 1e6:>9.2f} {ratio:>6} {tr / 1e6:>10.2f} {rx / 1e6:>8.2f} "
+          f"{drops / 1e6:>9.2f} {sessions:>9}{note}")
+for r in rows:
+    if r[7] != "-":
+        final, slope, bound, inside, gap = int(r[7]), int(r[8]), int(r[9]), int(r[10]), r[11]
+        print(f"new sessions (N={r[0]}, mapping added at run time): {final} created; "
+              f"{slope / 1e6:.2f} M/s over {inside} samples inside the creating phase "
+              f"(at least {bound / 1e6:.2f} M/s on average; samples every {gap} ms)")
+PY
