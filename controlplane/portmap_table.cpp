@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 namespace fedgate {
 namespace {
@@ -171,39 +172,32 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
     reclaim();
 }
 
-nlohmann::ordered_json PortMapTable::add(const ImportMapping& m_in) {
-    ImportMapping m = m_in;
+template <typename M>
+nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& m_in, const char* kind) {
+    M m = m_in;
     m.source = MapSource::cli;
     check_mapping(m, cfg_);
     std::lock_guard lk(mu_);
-    for (const auto& o : imports_)
+    for (const auto& o : list)
         if (o.proto == m.proto && o.port == m.port)
-            throw MapError("port", mapping_key("import", m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
-    auto imports = imports_;
-    imports.push_back(m);
-    persist(imports, exports_, deleted_config_);
-    imports_ = std::move(imports);
+            throw MapError("port", mapping_key(kind, m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
+    auto candidate = list;
+    candidate.push_back(m);
+    if constexpr (std::is_same_v<M, ImportMapping>)
+        persist(candidate, exports_, deleted_config_);
+    else
+        persist(imports_, candidate, deleted_config_);
+    list = std::move(candidate);
     publish(m);
     reclaim();
-    return to_json(m, cfg_);
+    if constexpr (std::is_same_v<M, ImportMapping>)
+        return to_json(m, cfg_);
+    else
+        return to_json(m);
 }
 
-nlohmann::ordered_json PortMapTable::add(const ExportMapping& m_in) {
-    ExportMapping m = m_in;
-    m.source = MapSource::cli;
-    check_mapping(m, cfg_);
-    std::lock_guard lk(mu_);
-    for (const auto& o : exports_)
-        if (o.proto == m.proto && o.port == m.port)
-            throw MapError("port", mapping_key("export", m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
-    auto exports = exports_;
-    exports.push_back(m);
-    persist(imports_, exports, deleted_config_);
-    exports_ = std::move(exports);
-    publish(m);
-    reclaim();
-    return to_json(m);
-}
+nlohmann::ordered_json PortMapTable::add(const ImportMapping& m) { return add_mapping(imports_, m, "import"); }
+nlohmann::ordered_json PortMapTable::add(const ExportMapping& m) { return add_mapping(exports_, m, "export"); }
 
 nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Key&, const std::string&)>& match) {
     std::lock_guard lk(mu_);

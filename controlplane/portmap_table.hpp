@@ -56,6 +56,9 @@ private:
         bool operator==(const Key&) const = default;
     };
 
+    // Checks, persists, publishes: the one path for both kinds of add.
+    template <typename M>
+    nlohmann::ordered_json add_mapping(std::vector<M>& list, const M& m, const char* kind);
     void persist(const std::vector<ImportMapping>& imports, const std::vector<ExportMapping>& exports,
                  const std::vector<Key>& deleted) const;
     void publish(const ImportMapping& m);
