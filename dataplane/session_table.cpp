@@ -32,10 +32,19 @@ SessionTable::SessionTable(uint32_t max_sessions) {
 }
 
 uint32_t SessionTable::hash_of(const FlowKey& k) {
-    // operator== ignores the pad, so the hash must too, even if a caller left garbage in it.
-    FlowKey canon = k;
-    canon.pad[0] = canon.pad[1] = canon.pad[2] = 0;
-    return rte_hash_crc(&canon, sizeof canon, kHashSeed);
+    // The fields one word at a time (the pad, which operator== ignores, is never read; no copy).
+    uint32_t h = rte_hash_crc_4byte(k.src, kHashSeed);
+    h = rte_hash_crc_4byte(k.dst, h);
+    h = rte_hash_crc_4byte(static_cast<uint32_t>(k.sport) << 16 | k.dport, h);
+    h = rte_hash_crc_4byte(k.proto, h);
+    // CRC is linear in its input, so flows that differ in a few bits crowd into a few home slots
+    // (measured: 1024 benchmark flows on 268 of 4096). A multiply-xorshift finaliser spreads them.
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
 }
 
 SessionTable::Hit SessionTable::find(const FlowKey& k) {

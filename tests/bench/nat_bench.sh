@@ -10,13 +10,13 @@
 # packets per second sent on port 1. Only the EAL layout and the vdevs are shared.
 #
 # For the largest N the mapping is added at run time instead (fedgatectl map add), while nat.created
-# is sampled as fast as the management socket answers: every packet then opens a session, which
-# gives the daemon's new-session rate.
+# is sampled about every millisecond over the management socket: every packet then opens a session
+# until the port pool is empty, which gives the daemon's new-session rate.
 #
-# Limit: a session takes a port of the external address ([nat] port_range, at most 1024-65535 and
-# here 8081-65535 because the mapped port 8080 must lie outside it), one pool per protocol per lcore,
-# so one lcore holds at most that many TCP import sessions, whatever max_sessions says. Flows beyond
-# it are refused on every pass (port_alloc_miss, counted drops); the script reports them.
+# Limit: a session takes a port of the external address ([nat] port_range, here the widest,
+# 1024-65535), one pool per protocol per lcore, so one lcore holds at most 64512 TCP import sessions,
+# whatever max_sessions says. Flows beyond it are refused on every pass (port_alloc_miss, counted
+# drops); the script reports them.
 #
 # usage: nat_bench.sh BUILD_DIR [SECONDS]     (root; about 2 x SECONDS + start-up per N)
 #   NAT_BENCH_FLOWS="1024 65536 1048576"   flow counts
@@ -54,7 +54,7 @@ cleanup() {
 trap cleanup EXIT
 
 MAPPED_PORT=8080
-PORT_RANGE_LO=8081 PORT_RANGE_HI=65535
+PORT_RANGE_LO=1024 PORT_RANGE_HI=65535
 POOL_PORTS=$((PORT_RANGE_HI - PORT_RANGE_LO + 1))
 NULL_VDEV="net_null0,no-rx=1"
 # The largest N measures the new-session rate too.
@@ -81,9 +81,10 @@ print(time.monotonic(), r["ports"][1]["tx_packets"], n["translated"], r["ports"]
       sum(p["drops"] for p in r["ports"]), n["created"], n["sessions"])'
 }
 
-# The new-session rate: samples nat.created over the management socket as fast as it answers while
-# `fedgatectl map add` publishes the mapping; every packet of the file opens a session until the
-# port pool is empty.
+# The new-session rate: samples nat.created over the management socket (one request per connection,
+# as fedgatectl does) while `fedgatectl map add` publishes the mapping; every packet of the file
+# opens a session until the port pool is empty. Prints "new_sessions CREATED SLOPE LOWER_BOUND
+# SAMPLES_INSIDE MS_BETWEEN_SAMPLES".
 measure_new_sessions() {
     taskset -c 0 python3 - "$WORK/fedgated.sock" "$BUILD/tools/fedgatectl" "$MAPPED_PORT" <<'PY'
 import json, socket, subprocess, sys, time
