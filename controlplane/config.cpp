@@ -95,7 +95,6 @@ std::string Ipv4Cidr::str() const { return format_ipv4(addr) + "/" + std::to_str
 
 namespace {
 
-uint32_t mask_of(uint8_t len) { return len == 0 ? 0 : ~uint32_t{0} << (32 - len); }
 
 // Reads one table, remembering the dotted path for errors. Given the table's keys, it refuses any
 // other key at once, so a typo is reported as the typo rather than as the key it misses.
@@ -265,7 +264,7 @@ PortConfig read_port(const std::string& file, const toml::table& t, std::size_t 
     const auto cidr = parse_cidr(addr);
     if (!cidr) r.fail("address", "'" + addr + "' is not an IPv4 address with prefix length, like 198.18.1.1/24");
     if (cidr->prefix_len > 31) r.fail("address", "'" + addr + "' leaves the port no neighbours: use a prefix of /31 or shorter");
-    const uint32_t m = mask_of(cidr->prefix_len);
+    const uint32_t m = cidr->mask();
     if (cidr->prefix_len < 31 && ((cidr->addr & ~m) == 0 || (cidr->addr & ~m) == ~m))
         r.fail("address", "'" + addr + "' is the network or broadcast address of its subnet");
     p.address = *cidr;
@@ -360,7 +359,7 @@ ImportMapping read_import(const std::string& file, const toml::table& t, std::si
     for (const std::string& a : r.string_list("allow", false)) {
         const auto cidr = parse_cidr(a);
         if (!cidr) r.fail("allow", "'" + a + "' is not an IPv4 prefix like 198.18.1.0/24");
-        m.allow.push_back(Ipv4Cidr{cidr->addr & mask_of(cidr->prefix_len), cidr->prefix_len});
+        m.allow.push_back(cidr->network());
     }
     check_at(r, m, c);
     return m;
@@ -420,7 +419,7 @@ void check_whole(const std::string& file, const toml::table& root, Config& c) {
             // Devices are told apart by name ("net_tap0" in "net_tap0,iface=x"), not by their arguments.
             if (q.device.substr(0, q.device.find(',')) == p.device.substr(0, p.device.find(',')))
                 fail_at("device", i, "'" + p.device + "' names the same device as port '" + q.name + "'");
-            const uint32_t m = mask_of(std::min(p.address.prefix_len, q.address.prefix_len));
+            const uint32_t m = ipv4_mask(std::min(p.address.prefix_len, q.address.prefix_len));
             if (((p.address.addr ^ q.address.addr) & m) == 0)
                 fail_at("address", i, p.address.str() + " overlaps " + q.address.str() + " of port '" + q.name + "'");
         }

@@ -22,10 +22,15 @@ inline constexpr uint32_t kDefaultNeighbourStaleS = 300;
 inline constexpr uint32_t kDefaultArpProbeIntervalMs = 500;
 inline constexpr uint32_t kDefaultArpProbes = 3;
 
+// Host-order netmask of a prefix length.
+constexpr uint32_t ipv4_mask(uint8_t prefix_len) { return prefix_len == 0 ? 0 : ~uint32_t{0} << (32 - prefix_len); }
+
 struct Ipv4Cidr {
     uint32_t addr = 0;  // host byte order
     uint8_t prefix_len = 0;
     std::string str() const;
+    uint32_t mask() const { return ipv4_mask(prefix_len); }
+    Ipv4Cidr network() const { return {addr & mask(), prefix_len}; }  // host bits cleared
 };
 
 enum class PortRoleCfg { internal, external };

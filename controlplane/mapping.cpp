@@ -8,12 +8,10 @@
 namespace fedgate {
 namespace {
 
-uint32_t mask_of(uint8_t len) { return len == 0 ? 0 : ~uint32_t{0} << (32 - len); }
-
-void check_common(const std::string& cluster, uint16_t port, const Config& c) {
+void check_common(const std::string& cluster, uint16_t port) {
     if (!valid_name(cluster)) throw MapError("cluster", "'" + cluster + "' must be 1-32 letters, digits, '-' or '_'");
+    // A mapped port may lie inside [nat] port_range: session-port allocation skips mapped ones.
     if (port == 0) throw MapError("port", "must be 1..65535");
-    (void)c;  // a mapped port may lie inside [nat] port_range: session ports skip mapped ones
 }
 
 const nlohmann::ordered_json& field(const nlohmann::ordered_json& j, const char* name) {
@@ -51,21 +49,20 @@ std::string mapping_key(const char* kind, Proto proto, uint16_t port) {
 }
 
 void check_mapping(const ImportMapping& m, const Config& c) {
-    check_common(m.cluster, m.port, c);
+    check_common(m.cluster, m.port);
     if (c.peer(m.peer) == nullptr) throw MapError("peer", "'" + m.peer + "' is not a configured peer party");
     if (m.peer_port == 0) throw MapError("peer_port", "must be 1..65535");
     if (m.allow.size() > kMaxImportAllow)
         throw MapError("allow", "at most " + std::to_string(kMaxImportAllow) + " prefixes");
     for (const Ipv4Cidr& a : m.allow)
-        if ((a.addr & ~mask_of(a.prefix_len)) != 0)
-            throw MapError("allow", a.str() + " has host bits set (the prefix is " +
-                                        Ipv4Cidr{a.addr & mask_of(a.prefix_len), a.prefix_len}.str() + ")");
+        if (a.addr != a.network().addr)
+            throw MapError("allow", a.str() + " has host bits set (the prefix is " + a.network().str() + ")");
 }
 
 void check_mapping(const ExportMapping& m, const Config& c) {
-    check_common(m.cluster, m.port, c);
+    check_common(m.cluster, m.port);
     const bool inside = std::any_of(c.ports.begin(), c.ports.end(), [&](const PortConfig& p) {
-        const uint32_t mask = mask_of(p.address.prefix_len);
+        const uint32_t mask = p.address.mask();
         const bool net_or_bcast = p.address.prefix_len < 31 && ((m.node & ~mask) == 0 || (m.node & ~mask) == ~mask);
         return p.role == PortRoleCfg::internal && ((m.node ^ p.address.addr) & mask) == 0 &&
                m.node != p.address.addr && !net_or_bcast;
@@ -126,7 +123,7 @@ ImportMapping import_from_json(const nlohmann::ordered_json& j) {
     for (const std::string& a : string_list(j, "allow")) {
         const auto cidr = parse_cidr(a);
         if (!cidr) throw MapError("allow", "'" + a + "' is not an IPv4 prefix like 198.18.1.0/24");
-        m.allow.push_back(Ipv4Cidr{cidr->addr & mask_of(cidr->prefix_len), cidr->prefix_len});
+        m.allow.push_back(cidr->network());
     }
     return m;
 }
@@ -153,7 +150,7 @@ ImportRule make_rule(const ImportMapping& m, const Config& c) {
     r.peer_id = peer.party_id;
     r.n_allow = static_cast<uint8_t>(m.allow.size());
     for (std::size_t i = 0; i < m.allow.size(); ++i) {
-        const uint32_t mask = mask_of(m.allow[i].prefix_len);
+        const uint32_t mask = m.allow[i].mask();
         r.allow[i] = {rte_cpu_to_be_32(m.allow[i].addr & mask), rte_cpu_to_be_32(mask)};
     }
     return r;

@@ -246,9 +246,7 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
 
     // The port-map proxy: packets of a session, or opening one through an import/export rule.
     if (p.ip_proto == kIpProtoTcp || p.ip_proto == kIpProtoUdp) {
-        const Nat::Verdict v = nat_.handle(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p, in, now_ms_);
-        if (v.kind == Nat::Verdict::Kind::forward) return send_ipv4(m, v.out_port, v.next_hop);
-        if (v.kind == Nat::Verdict::Kind::drop) return drop(m, in, v.reason);
+        if (act(m, in, nat_.handle(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p, in, now_ms_))) return;
     }
 
     // Weak host model for the gateway's own addresses: a node may ping the external address too.
@@ -270,9 +268,7 @@ void Dataplane::handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& 
 
     // Errors about packets of a port-map session go back to whoever sent the original.
     if (p.icmp_type == kIcmpUnreachable || p.icmp_type == kIcmpTimeExceeded || p.icmp_type == kIcmpParamProblem) {
-        const Nat::Verdict v = nat_.handle_icmp_error(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p);
-        if (v.kind == Nat::Verdict::Kind::forward) return send_ipv4(m, v.out_port, v.next_hop);
-        if (v.kind == Nat::Verdict::Kind::drop) return drop(m, in, v.reason);
+        if (act(m, in, nat_.handle_icmp_error(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p))) return;
     }
 
     if (p.icmp_type == RTE_IP_ICMP_ECHO_REPLY && p.icmp_code == 0) {
@@ -409,6 +405,15 @@ void Dataplane::flush() {
         port.counters.tx_bytes.add(bytes);
         port.tx_len = 0;
     }
+}
+
+bool Dataplane::act(rte_mbuf* m, uint16_t in, const Nat::Verdict& v) {
+    switch (v.kind) {
+    case Nat::Verdict::Kind::forward: send_ipv4(m, v.out_port, v.next_hop); return true;
+    case Nat::Verdict::Kind::drop: drop(m, in, v.reason); return true;
+    case Nat::Verdict::Kind::not_nat: return false;
+    }
+    return false;
 }
 
 void Dataplane::answer(DpRequest& r) {

@@ -124,6 +124,8 @@ private:
     void handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_inject(rte_mbuf* m);
     void answer(DpRequest& r);
+    // Carries out the NAT's verdict; false when the packet is not the NAT's (the caller goes on).
+    bool act(rte_mbuf* m, uint16_t in, const Nat::Verdict& v);
     void send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop);
     void send_arp_request(uint16_t out, uint32_t target_ip);
     void tx(rte_mbuf* m, uint16_t out);
