@@ -146,6 +146,13 @@ public:
         return v;
     }
 
+    void boolean(const std::string& key, bool& out) {
+        const toml::node* n = t_.get(key);
+        if (n == nullptr) return;
+        if (!n->is_boolean()) fail(key, "must be true or false");
+        out = n->as_boolean()->get();
+    }
+
     void uint(const std::string& key, uint32_t& out, int64_t min, int64_t max) {
         if (auto v = integer(key, false, min, max)) out = static_cast<uint32_t>(*v);
     }
@@ -331,6 +338,33 @@ void read_nat(const std::string& file, const toml::table& t, NatSettings& n) {
     r.uint("tcp_closing_s", n.tcp_closing_s, 1, 86'400);
 }
 
+void read_resolve(const std::string& file, const toml::table& t, ResolveSettings& s) {
+    TableReader r(file, t, "resolve",
+                  {"port", "announce", "cache_capacity", "pending_queries", "query_timeout_ms", "negative_ttl_ms",
+                   "answer_ttl_s", "heartbeat_ms", "heartbeat_timeout_ms", "broadcast_rate", "broadcast_burst",
+                   "requester_broadcast_rate", "requester_broadcast_burst", "sync_interval_ms", "max_clock_skew_ms",
+                   "announce_window", "retransmit_ms"});
+    if (auto p = r.integer("port", false, 1, 65535)) s.port = static_cast<uint16_t>(*p);
+    r.boolean("announce", s.announce);
+    r.uint("cache_capacity", s.cache_capacity, 16, 1 << 24);
+    r.uint("pending_queries", s.pending_queries, 1, 1 << 16);
+    r.uint("query_timeout_ms", s.query_timeout_ms, 10, 60'000);
+    r.uint("negative_ttl_ms", s.negative_ttl_ms, 0, 3'600'000);
+    r.uint("answer_ttl_s", s.answer_ttl_s, 1, 86'400);
+    r.uint("heartbeat_ms", s.heartbeat_ms, 10, 3'600'000);
+    r.uint("heartbeat_timeout_ms", s.heartbeat_timeout_ms, 20, 86'400'000);
+    r.uint("broadcast_rate", s.broadcast_rate, 0, 1'000'000);
+    r.uint("broadcast_burst", s.broadcast_burst, 1, 1'000'000);
+    r.uint("requester_broadcast_rate", s.requester_broadcast_rate, 0, 1'000'000);
+    r.uint("requester_broadcast_burst", s.requester_broadcast_burst, 1, 1'000'000);
+    r.uint("sync_interval_ms", s.sync_interval_ms, 10, 3'600'000);
+    r.uint("max_clock_skew_ms", s.max_clock_skew_ms, 100, 86'400'000);
+    r.uint("announce_window", s.announce_window, 1, 4096);
+    r.uint("retransmit_ms", s.retransmit_ms, 1, 60'000);
+    if (s.heartbeat_timeout_ms <= s.heartbeat_ms)
+        r.fail("heartbeat_timeout_ms", "must be above heartbeat_ms (" + std::to_string(s.heartbeat_ms) + ")");
+}
+
 Proto read_proto(TableReader& r) {
     const std::string p = *r.string("proto", true);
     if (p == "tcp") return Proto::tcp;
@@ -441,6 +475,13 @@ void check_whole(const std::string& file, const toml::table& root, Config& c) {
             if (c.peers[j].address == p.address) pr.fail("address", format_ipv4(p.address) + " is listed twice");
         }
     }
+    if (c.peers.size() > 64) r.fail("peer", "at most 64 peers (found " + std::to_string(c.peers.size()) + ")");
+    if (c.resolve.port >= c.nat.port_lo && c.resolve.port <= c.nat.port_hi) {
+        const toml::table empty;
+        TableReader(file, sub_table(r, root, "resolve", false, empty), "resolve")
+            .fail("port", std::to_string(c.resolve.port) + " lies inside nat.port_range " + std::to_string(c.nat.port_lo) +
+                              "-" + std::to_string(c.nat.port_hi) + ", which session ports come from");
+    }
 }
 
 }  // namespace
@@ -454,7 +495,8 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     }
     Config c;
     c.source = source_name;
-    TableReader top(source_name, root, "", {"gateway", "eal", "dataplane", "nat", "port", "peer", "import", "export"});
+    TableReader top(source_name, root, "",
+                    {"gateway", "eal", "dataplane", "nat", "resolve", "port", "peer", "import", "export"});
     const toml::table empty;
     read_gateway(source_name, sub_table(top, root, "gateway", true, empty), c);
     {
@@ -467,6 +509,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     const auto peers = table_array(top, root, "peer");
     for (std::size_t i = 0; i < peers.size(); ++i) c.peers.push_back(read_peer(source_name, *peers[i], i));
     read_nat(source_name, sub_table(top, root, "nat", false, empty), c.nat);
+    read_resolve(source_name, sub_table(top, root, "resolve", false, empty), c.resolve);
     check_whole(source_name, root, c);
     read_mappings(source_name, top, root, c);  // after the ports and peers they refer to are checked
     return c;

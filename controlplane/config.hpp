@@ -110,6 +110,44 @@ struct DataplaneSettings {
     uint32_t arp_probes = kDefaultArpProbes;
 };
 
+inline constexpr uint16_t kDefaultResolvePortCfg = 7410;  // same as the wire's kDefaultResolvePort
+inline constexpr uint32_t kDefaultCacheCapacity = 262144;
+inline constexpr uint32_t kDefaultPendingQueriesCfg = 1024;
+inline constexpr uint32_t kDefaultQueryTimeoutMsCfg = 1000;
+inline constexpr uint32_t kDefaultNegativeTtlMs = 2000;
+inline constexpr uint32_t kDefaultAnswerTtlS = 60;  // for answered records whose own ttl is 0
+inline constexpr uint32_t kDefaultHeartbeatMs = 1000;
+inline constexpr uint32_t kDefaultHeartbeatTimeoutMs = 5000;
+inline constexpr uint32_t kDefaultBroadcastRateCfg = 200;
+inline constexpr uint32_t kDefaultBroadcastBurstCfg = 50;
+inline constexpr uint32_t kDefaultRequesterBroadcastRateCfg = 20;
+inline constexpr uint32_t kDefaultRequesterBroadcastBurstCfg = 10;
+inline constexpr uint32_t kDefaultSyncIntervalMs = 1000;
+inline constexpr uint32_t kDefaultMaxClockSkewMs = 30000;
+inline constexpr uint32_t kDefaultAnnounceWindow = 64;
+inline constexpr uint32_t kDefaultRetransmitMs = 200;
+
+// [resolve]: the process directory and address-resolution service.
+struct ResolveSettings {
+    uint16_t port = kDefaultResolvePortCfg;  // UDP, on the gateway's own addresses (internal and external)
+    bool announce = true;                    // pre-exchange local records with every peer
+    uint32_t cache_capacity = kDefaultCacheCapacity;  // local + remote + negative records held at once
+    uint32_t pending_queries = kDefaultPendingQueriesCfg;
+    uint32_t query_timeout_ms = kDefaultQueryTimeoutMsCfg;
+    uint32_t negative_ttl_ms = kDefaultNegativeTtlMs;
+    uint32_t answer_ttl_s = kDefaultAnswerTtlS;
+    uint32_t heartbeat_ms = kDefaultHeartbeatMs;                 // asked of compute processes
+    uint32_t heartbeat_timeout_ms = kDefaultHeartbeatTimeoutMs;  // silent this long: expired
+    uint32_t broadcast_rate = kDefaultBroadcastRateCfg;          // per second, all requesters
+    uint32_t broadcast_burst = kDefaultBroadcastBurstCfg;
+    uint32_t requester_broadcast_rate = kDefaultRequesterBroadcastRateCfg;  // per second, per requester
+    uint32_t requester_broadcast_burst = kDefaultRequesterBroadcastBurstCfg;
+    uint32_t sync_interval_ms = kDefaultSyncIntervalMs;   // stream keepalive to each peer
+    uint32_t max_clock_skew_ms = kDefaultMaxClockSkewMs;  // peer messages older or newer are refused
+    uint32_t announce_window = kDefaultAnnounceWindow;    // announce messages in flight per peer
+    uint32_t retransmit_ms = kDefaultRetransmitMs;        // first retransmission timeout (doubles)
+};
+
 struct Config {
     std::string source;  // the file it came from
     std::string party;
@@ -121,6 +159,7 @@ struct Config {
     std::vector<PortConfig> ports;
     std::vector<PeerConfig> peers;
     NatSettings nat;
+    ResolveSettings resolve;
     std::vector<ImportMapping> imports;
     std::vector<ExportMapping> exports;
 

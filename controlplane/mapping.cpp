@@ -48,8 +48,15 @@ std::string mapping_key(const char* kind, Proto proto, uint16_t port) {
     return std::string(kind) + " " + proto_name(proto) + "/" + std::to_string(port);
 }
 
+// The resolution service owns its UDP port on the gateway's addresses.
+static void check_not_resolve_port(Proto proto, uint16_t port, const Config& c) {
+    if (proto == Proto::udp && port == c.resolve.port)
+        throw MapError("port", "udp " + std::to_string(port) + " is the resolution service's port ([resolve] port)");
+}
+
 void check_mapping(const ImportMapping& m, const Config& c) {
     check_common(m.cluster, m.port);
+    check_not_resolve_port(m.proto, m.port, c);
     if (c.peer(m.peer) == nullptr) throw MapError("peer", "'" + m.peer + "' is not a configured peer party");
     if (m.peer_port == 0) throw MapError("peer_port", "must be 1..65535");
     if (m.allow.size() > kMaxImportAllow)
@@ -61,6 +68,7 @@ void check_mapping(const ImportMapping& m, const Config& c) {
 
 void check_mapping(const ExportMapping& m, const Config& c) {
     check_common(m.cluster, m.port);
+    check_not_resolve_port(m.proto, m.port, c);
     const bool inside = std::any_of(c.ports.begin(), c.ports.end(), [&](const PortConfig& p) {
         const uint32_t mask = p.address.mask();
         const bool net_or_bcast = p.address.prefix_len < 31 && ((m.node & ~mask) == 0 || (m.node & ~mask) == ~mask);

@@ -13,6 +13,7 @@
 #include <rte_prefetch.h>
 #include <rte_rcu_qsbr.h>
 #include <rte_ring.h>
+#include <rte_udp.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -73,6 +74,19 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
         for (const auto& [ip, mac] : ports[i].static_neighbours)
             if (!neigh_.add_permanent(static_cast<uint16_t>(i), ip, mac))
                 throw std::invalid_argument("neighbour table too small for the static neighbours");
+    }
+    if (shared.cache != nullptr && cfg.resolve.port != 0) {
+        resolve_cfg_ = cfg.resolve;
+        resolve_port_be_ = rte_cpu_to_be_16(cfg.resolve.port);
+        resolve_cfg_.resolver.peer_parties.clear();
+        peers_.reserve(cfg.resolve.peers.size());
+        for (const DpPeer& p : cfg.resolve.peers) {
+            // Our own clock starts each window: messages stamped before we started are refused.
+            const uint64_t start = SeqClock::realtime_ns();
+            peers_.push_back(PeerState{p, HmacKey(p.key), {ReplayWindow(start), ReplayWindow(start)}});
+            resolve_cfg_.resolver.peer_parties.push_back(p.party);
+        }
+        resolver_ = std::make_unique<Resolver>(resolve_cfg_.resolver, *shared.cache, static_cast<ResolverIo&>(*this));
     }
     now_ms_ = now_ms();
 }
@@ -253,9 +267,10 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
     if (owns_address(p.dst_ip)) {
         switch (p.ip_proto) {
         case kIpProtoIcmp: return handle_local_icmp(m, in, p);
-        // The resolution service attaches here (TCP/UDP to our addresses that no mapping serves).
-        case kIpProtoTcp:
-        case kIpProtoUdp: return drop(m, in, DropReason::l4_unhandled);
+        case kIpProtoUdp:
+            if (resolver_ != nullptr && p.dst_port == resolve_port_be_) return handle_resolve(m, in, p);
+            return drop(m, in, DropReason::l4_unhandled);
+        case kIpProtoTcp: return drop(m, in, DropReason::l4_unhandled);
         default: return drop(m, in, DropReason::ipv4_proto_unhandled);
         }
     }
@@ -418,6 +433,13 @@ bool Dataplane::act(rte_mbuf* m, uint16_t in, const Nat::Verdict& v) {
 
 void Dataplane::answer(DpRequest& r) {
     switch (r.kind) {
+    case DpRequest::Kind::resolve:
+        if (resolver_ == nullptr) {
+            r.status = ResolveStatus::unreachable;
+            break;
+        }
+        // reply() completes it, now or when the query finishes.
+        return resolver_->request(Requester{0, 0, 0, 0, &r}, r.target, now_ms_);
     case DpRequest::Kind::session_dump:
         r.sessions.clear();
         nat_.sessions().visit(0, [&](const Session& s) {
@@ -445,6 +467,7 @@ void Dataplane::tick(uint64_t now) {
             if (n.held != nullptr) drop(n.held, n.port, DropReason::neighbour_unresolved);
             n.held = nullptr;
         });
+    if (resolver_ != nullptr) resolver_->expire(now);
     // Sweep the whole session table about once a second.
     nat_.expire(now, std::max<uint32_t>(64, nat_.sessions().capacity() / (1000 / kTickMs)));
     sessions_gauge_.store(nat_.session_count(), std::memory_order_relaxed);
@@ -455,6 +478,195 @@ void Dataplane::tick(uint64_t now) {
     neigh_entries_.store(neigh_.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < nports_; ++i)
         ports_[i].neigh_entries.store(neigh_.count_port(static_cast<uint16_t>(i)), std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The resolution service: client requests on internal ports, peer messages on the external port.
+
+void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
+    const auto* ip = at<rte_ipv4_hdr>(m, p.l3_offset);
+    const auto* udp = at<rte_udp_hdr>(m, p.l4_offset);
+    if (udp->dgram_cksum != 0) {
+        // Pseudo-header plus the segment, checksum included, sums to all ones when it is right.
+        uint32_t sum = rte_ipv4_phdr_cksum(ip, 0);
+        sum += rte_raw_cksum(udp, p.l4_len);
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        if (sum != 0xffff) return drop(m, in, DropReason::resolve_malformed);
+    }
+    ParsedMsg msg;
+    const std::span<const uint8_t> dgram(rte_pktmbuf_mtod_offset(m, const uint8_t*, p.payload_offset), p.payload_len);
+    if (parse_message(dgram, msg) != WireError::ok) return drop(m, in, DropReason::resolve_malformed);
+
+    const bool external = ports_[in].cfg.role == PortRole::external;
+    if (is_peer_message(msg.header.type)) {
+        if (!external) return drop(m, in, DropReason::resolve_wrong_port);
+        return handle_peer_message(m, in, p, msg);
+    }
+    if (external) return drop(m, in, DropReason::resolve_wrong_port);
+    resolve_counters_.client_msgs.add();
+    switch (msg.header.type) {
+    case MsgType::resolve: {
+        ResolveBody b;
+        std::memcpy(&b, msg.body.data(), sizeof b);
+        const Requester r{p.src_ip, p.src_port, in, msg.header.seq, nullptr};
+        rte_pktmbuf_free(m);
+        return resolver_->request(r, ProcessId{load_be64(b.target)}, now_ms_);
+    }
+    case MsgType::reg:
+    case MsgType::heartbeat:
+    case MsgType::deregister:
+        // The directory lives with the control threads; they check and answer.
+        if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0)
+            return drop(m, in, DropReason::punt_ring_full);
+        counters_.punted.add();
+        resolve_counters_.punted_registrations.add();
+        return;
+    default: return drop(m, in, DropReason::resolve_unexpected);
+    }
+}
+
+void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket& p, const ParsedMsg& msg) {
+    int idx = -1;
+    for (std::size_t i = 0; i < peers_.size(); ++i)
+        if (peers_[i].cfg.addr == p.src_ip) idx = static_cast<int>(i);
+    if (idx < 0 || peers_[idx].cfg.party != msg.header.sender_party || msg.header.channel > 1)
+        return drop(m, in, DropReason::resolve_unknown_peer);
+    PeerState& peer = peers_[idx];
+    ReplayWindow& window = peer.windows[msg.header.channel];
+    switch (window.check(msg.header.seq, SeqClock::realtime_ns(), resolve_cfg_.max_skew_ns)) {
+    case ReplayVerdict::ok: break;
+    case ReplayVerdict::stale:
+    case ReplayVerdict::future: return drop(m, in, DropReason::resolve_clock_skew);
+    case ReplayVerdict::replayed:
+    case ReplayVerdict::too_old: return drop(m, in, DropReason::resolve_replayed);
+    }
+    if (!peer.key.verify(msg.authenticated, msg.mac)) return drop(m, in, DropReason::resolve_bad_mac);
+    window.accept(msg.header.seq);  // only now: a forged message never moves the window
+    resolve_counters_.peer_msgs.add();
+
+    switch (msg.header.type) {
+    case MsgType::query: {
+        QueryBody q;
+        std::memcpy(&q, msg.body.data(), sizeof q);
+        AnswerBody a{};
+        std::memcpy(a.query_id, q.query_id, sizeof a.query_id);
+        std::memcpy(a.target, q.target, sizeof a.target);
+        if (const CacheEntry* e = resolver_->lookup_for_peer(ProcessId{load_be64(q.target)}, now_ms_); e != nullptr) {
+            a.found = 1;
+            encode(e->record, a.record);
+        }
+        const uint32_t to = p.src_ip;
+        const uint16_t to_port = p.src_port;
+        rte_pktmbuf_free(m);
+        resolve_counters_.answers_sent.add();
+        return send_message(to, to_port, MsgType::answer, 0, &a, sizeof a, idx);
+    }
+    case MsgType::answer: {
+        AnswerBody a;
+        std::memcpy(&a, msg.body.data(), sizeof a);
+        std::optional<DmaAddress> record;
+        if (a.found > 1 || a.reserved[0] != 0 || a.reserved[1] != 0 || a.reserved[2] != 0)
+            return drop(m, in, DropReason::resolve_malformed);
+        if (a.found == 1) {
+            record = decode(a.record);
+            if (!record) return drop(m, in, DropReason::resolve_malformed);
+        }
+        rte_pktmbuf_free(m);
+        return resolver_->answer(idx, load_be64(a.query_id), ProcessId{load_be64(a.target)},
+                                 record ? &*record : nullptr, now_ms_);
+    }
+    case MsgType::announce:
+    case MsgType::withdraw:
+    case MsgType::ack:
+    case MsgType::sync:
+        if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0)
+            return drop(m, in, DropReason::punt_ring_full);
+        counters_.punted.add();
+        resolve_counters_.punted_peer_msgs.add();
+        return;
+    default: return drop(m, in, DropReason::resolve_unexpected);
+    }
+}
+
+void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,
+                             uint16_t body_len, int peer) {
+    uint32_t nh = 0;
+    const int out = route(port_cfgs_, dst, &nh);
+    if (out < 0) return ports_[0].counters.drop(DropReason::no_route);
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    if (m == nullptr) return ports_[out].counters.drop(DropReason::resolve_alloc_failed);
+    const uint16_t msg_len = static_cast<uint16_t>(sizeof(MsgHeader) + body_len + (peer >= 0 ? kMacLen : 0));
+    const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + msg_len);
+    char* data = rte_pktmbuf_append(m, sizeof(rte_ether_hdr) + ip_len);
+    if (data == nullptr) return drop(m, static_cast<uint16_t>(out), DropReason::resolve_alloc_failed);
+
+    reinterpret_cast<rte_ether_hdr*>(data)->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(data + sizeof(rte_ether_hdr));
+    std::memset(ip, 0, sizeof *ip);
+    ip->version_ihl = RTE_IPV4_VHL_DEF;
+    ip->total_length = rte_cpu_to_be_16(ip_len);
+    ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
+    ip->time_to_live = kDefaultTtl;
+    ip->next_proto_id = kIpProtoUdp;
+    ip->src_addr = ports_[out].cfg.addr;
+    ip->dst_addr = dst;
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
+    udp->src_port = resolve_port_be_;
+    udp->dst_port = dst_port;
+    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + msg_len));
+    udp->dgram_cksum = 0;
+
+    auto* msg = reinterpret_cast<uint8_t*>(udp + 1);
+    const Header h{type, peer >= 0 ? resolve_cfg_.resolver.party_id : uint16_t{0}, body_len,
+                   peer >= 0 ? seq_.next() : seq_or_id, 0};
+    MsgHeader wh;
+    encode(h, wh);
+    std::memcpy(msg, &wh, sizeof wh);
+    std::memcpy(msg + sizeof wh, body, body_len);
+    if (peer >= 0) peers_[peer].key.seal(std::span<uint8_t>(msg, msg_len));
+    udp->dgram_cksum = rte_ipv4_udptcp_cksum(ip, udp);
+    send_ipv4(m, static_cast<uint16_t>(out), nh);
+}
+
+void Dataplane::reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,
+                      const DmaAddress* record) {
+    if (r.control != nullptr) {
+        auto& req = *static_cast<DpRequest*>(r.control);
+        req.status = status;
+        req.source = source;
+        if (record != nullptr) req.record = *record;
+        req.now_ms = now_ms_;
+        req.done.store(true, std::memory_order_release);
+        return;
+    }
+    ResolveReplyBody b{};
+    b.status = static_cast<uint8_t>(status);
+    b.source = static_cast<uint8_t>(source);
+    store_be64(b.target, target.value);
+    if (record != nullptr) encode(*record, b.record);
+    resolve_counters_.replies_sent.add();
+    send_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, &b, sizeof b, -1);
+}
+
+void Dataplane::query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) {
+    QueryBody q{};
+    store_be64(q.query_id, query_id);
+    store_be64(q.target, target.value);
+    q.mode = static_cast<uint8_t>(mode);
+    resolve_counters_.queries_sent.add();
+    send_message(peers_[peer].cfg.addr, resolve_port_be_, MsgType::query, 0, &q, sizeof q, peer);
+}
+
+void Dataplane::learned(ProcessId key, const DmaAddress* record, uint16_t owner_party) {
+    ResolveEvent ev;
+    ev.key = key;
+    if (record != nullptr) ev.record = *record;
+    ev.owner_party = owner_party;
+    ev.negative = record == nullptr ? 1 : 0;
+    if (rings_.events == nullptr || rte_ring_sp_enqueue_elem(rings_.events, &ev, sizeof ev) != 0)
+        resolve_counters_.events_lost.add();
 }
 
 }  // namespace fedgate

@@ -15,6 +15,8 @@
 #include "dataplane/nat.hpp"
 #include "dataplane/neighbour.hpp"
 #include "dataplane/packet.hpp"
+#include "dataplane/peer_auth.hpp"
+#include "dataplane/resolver.hpp"
 
 struct rte_mbuf;
 struct rte_mempool;
@@ -36,31 +38,67 @@ struct DpPortConfig {
     std::vector<std::pair<uint32_t, MacAddr>> static_neighbours;  // configured ARP entries
 };
 
+// A peer gateway as the lcore knows it: where its messages come from and the key they carry.
+struct DpPeer {
+    uint32_t addr = 0;  // network order
+    uint16_t party = 0;
+    std::vector<uint8_t> key;
+};
+
+// The resolution service on the lcore. port 0: off (every UDP packet to our addresses is l4_unhandled).
+struct DpResolveConfig {
+    uint16_t port = 0;  // host order
+    uint64_t max_skew_ns = 30'000'000'000ull;
+    ResolverConfig resolver;     // its peer_parties are filled in from `peers`
+    std::vector<DpPeer> peers;
+};
+
 struct DataplaneConfig {
     IdleConfig idle;
     NeighbourTimers neighbour;
     uint32_t neighbour_capacity = 4096;
     NatConfig nat;
+    DpResolveConfig resolve;
 };
+
+// lcore -> control (the `events` ring, fixed-size elements): what the resolution cache should learn
+// from a query answer — a record, or (negative) that nobody holds `key`.
+struct ResolveEvent {
+    ProcessId key;
+    DmaAddress record;
+    uint16_t owner_party = 0;
+    uint8_t negative = 0;
+    uint8_t reserved[5] = {};
+};
+static_assert(sizeof(ResolveEvent) % 4 == 0);
 
 // Rings between the lcore and the control threads. Both carry mbufs.
 //  punt:   lcore -> control, packets the control threads must see (echo replies to our pings, ...)
 //  inject: control -> lcore, IPv4 packets (no Ethernet header) the lcore routes, resolves and sends
 //  requests: control -> lcore, DpRequest pointers: questions only the lcore can answer (its tables)
+//  events: lcore -> control, ResolveEvent elements (not mbufs)
+// Punted resolution messages (registrations; peers' announce, withdraw, ack, sync) have passed the
+// lcore's checks: a peer message reaches the control threads only with a good MAC and fresh seq.
 struct DpRings {
     rte_ring* punt = nullptr;
     rte_ring* inject = nullptr;
     rte_ring* requests = nullptr;
+    rte_ring* events = nullptr;
 };
 
 // A question to the lcore. The control thread sizes `sessions` (reserve) before it asks, so the
 // lcore fills it without allocating, then sets `done` (release) and never touches it again.
+// For `resolve`, the lcore answers once the query finishes (at the latest after the query timeout).
 struct DpRequest {
-    enum class Kind : uint8_t { session_dump } kind = Kind::session_dump;
+    enum class Kind : uint8_t { session_dump, resolve } kind = Kind::session_dump;
     uint32_t limit = 0;
     std::vector<Session> sessions;
     uint64_t total = 0;
     uint64_t now_ms = 0;
+    ProcessId target;
+    ResolveStatus status = ResolveStatus::ok;
+    AnswerSource source = AnswerSource::cache;
+    DmaAddress record;
     std::atomic<bool> done{false};
 };
 
@@ -70,9 +108,16 @@ struct DpShared {
     const PortMapView* maps = nullptr;
     rte_rcu_qsbr* rcu = nullptr;
     unsigned rcu_thread = 0;
+    const ResolveCache* cache = nullptr;  // null: the resolution service is off
 };
 
-class Dataplane {
+// Counters of the resolution service on the lcore, beyond the resolver's own.
+struct ResolveDpCounters {
+    Counter client_msgs, peer_msgs, punted_registrations, punted_peer_msgs, replies_sent, queries_sent,
+        answers_sent, events_lost;
+};
+
+class Dataplane final : private ResolverIo {
 public:
     static constexpr uint16_t kBurst = 32;
     static constexpr uint16_t kTxQueueLen = 2 * kBurst;
@@ -104,6 +149,9 @@ public:
     uint64_t neighbour_entries(std::size_t port) const {
         return ports_[port].neigh_entries.load(std::memory_order_relaxed);
     }
+    // Null when the resolution service is off.
+    const Resolver* resolver() const { return resolver_.get(); }
+    const ResolveDpCounters& resolve_counters() const { return resolve_counters_; }
 
     // Which port and next hop reach `dst` (network order); -1 if none. Pure; any thread.
     static int route(const std::vector<DpPortConfig>& ports, uint32_t dst, uint32_t* next_hop);
@@ -123,6 +171,17 @@ private:
     void handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_inject(rte_mbuf* m);
+    void handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
+    void handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket& p, const ParsedMsg& msg);
+    // Builds and routes one resolution datagram from our address on the way to `dst` (network order).
+    // A peer message (peer >= 0) is stamped with our channel-0 seq and sealed with the peer's key.
+    void send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,
+                      uint16_t body_len, int peer);
+    // ResolverIo
+    void reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,
+               const DmaAddress* record) override;
+    void query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) override;
+    void learned(ProcessId key, const DmaAddress* record, uint16_t owner_party) override;
     void answer(DpRequest& r);
     // Carries out the NAT's verdict; false when the packet is not the NAT's (the caller goes on).
     bool act(rte_mbuf* m, uint16_t in, const Nat::Verdict& v);
@@ -154,6 +213,19 @@ private:
     uint64_t tsc_per_ms_;
     uint64_t now_ms_ = 0;
     uint64_t next_tick_ms_ = 0;
+
+    // The resolution service (null members when it is off).
+    struct PeerState {
+        DpPeer cfg;
+        HmacKey key;
+        ReplayWindow windows[2];  // per sender channel: 0 its lcore, 1 its control threads
+    };
+    DpResolveConfig resolve_cfg_;
+    uint16_t resolve_port_be_ = 0;
+    std::vector<PeerState> peers_;
+    std::unique_ptr<Resolver> resolver_;
+    SeqClock seq_;  // our channel 0
+    ResolveDpCounters resolve_counters_;
 };
 
 }  // namespace fedgate

@@ -48,7 +48,15 @@ namespace fedgate {
     X(neighbour_table_full, "neighbour table full")                                      \
     X(tx_full, "port TX queue full")                                                     \
     X(punt_ring_full, "ring to the control threads full")                                \
-    X(inject_malformed, "packet from the control threads is not valid IPv4")
+    X(inject_malformed, "packet from the control threads is not valid IPv4")            \
+    X(resolve_malformed, "resolution message that does not parse (magic, version, type, length)") \
+    X(resolve_wrong_port, "resolution message on the wrong side (client on external, peer on internal)") \
+    X(resolve_unknown_peer, "peer message from an address or party that is not a configured peer") \
+    X(resolve_bad_mac, "peer message whose HMAC does not verify")                         \
+    X(resolve_replayed, "peer message seen before, or too old for the replay window")     \
+    X(resolve_clock_skew, "peer message stamped too far in the past or future")            \
+    X(resolve_unexpected, "resolution message of a type the gateway never receives")       \
+    X(resolve_alloc_failed, "no mbuf to answer a resolution message with")
 
 enum class DropReason : uint8_t {
 #define FEDGATE_X(name, help) name,

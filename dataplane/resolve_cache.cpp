@@ -1,0 +1,127 @@
+// The resolution cache: lock-free reads, single-writer updates, RCU-deferred frees.
+#include "dataplane/resolve_cache.hpp"
+
+#include <bit>
+
+namespace fedgate {
+
+const char* cache_kind_name(CacheKind k) {
+    switch (k) {
+    case CacheKind::local: return "local";
+    case CacheKind::announced: return "announced";
+    case CacheKind::answered: return "answered";
+    case CacheKind::negative: return "negative";
+    }
+    return "?";
+}
+
+ResolveCache::ResolveCache(uint32_t capacity)
+    : capacity_(capacity),
+      mask_(std::bit_ceil(std::max<std::size_t>(capacity, 16)) - 1),
+      buckets_(std::make_unique<std::atomic<CacheEntry*>[]>(mask_ + 1)) {}
+
+ResolveCache::~ResolveCache() {
+    for (std::size_t b = 0; b <= mask_; ++b) {
+        CacheEntry* e = buckets_[b].load(std::memory_order_relaxed);
+        while (e != nullptr) {
+            CacheEntry* next = e->next.load(std::memory_order_relaxed);
+            delete e;
+            e = next;
+        }
+    }
+    for (CacheEntry* e : retired_) delete e;
+}
+
+std::size_t ResolveCache::bucket(ProcessId key) const {
+    // IDs differ mostly in their low (local) bits and in the party; a multiplicative hash spreads both.
+    return static_cast<std::size_t>((key.value * 0x9e3779b97f4a7c15ull) >> 32) & mask_;
+}
+
+const CacheEntry* ResolveCache::find(ProcessId key, uint64_t now_ms) const {
+    for (const CacheEntry* e = buckets_[bucket(key)].load(std::memory_order_acquire); e != nullptr;
+         e = e->next.load(std::memory_order_acquire)) {
+        if (e->key == key) return e->expires_ms > now_ms ? e : nullptr;
+    }
+    return nullptr;
+}
+
+void ResolveCache::unlink(std::atomic<CacheEntry*>& link, CacheEntry* e) {
+    // Readers already past `link` keep walking from e, whose next still leads on: unchanged.
+    link.store(e->next.load(std::memory_order_relaxed), std::memory_order_release);
+    size_.fetch_sub(1, std::memory_order_relaxed);
+    by_kind_[static_cast<int>(e->kind)].fetch_sub(1, std::memory_order_relaxed);
+    retired_.push_back(e);
+}
+
+ResolveCache::Upsert ResolveCache::upsert(ProcessId key, const DmaAddress& record, CacheKind kind, uint16_t owner,
+                                          uint64_t expires_ms) {
+    std::atomic<CacheEntry*>& head = buckets_[bucket(key)];
+    // Find the old entry and the link that points at it before publishing the new one.
+    std::atomic<CacheEntry*>* link = &head;
+    CacheEntry* old = head.load(std::memory_order_relaxed);
+    while (old != nullptr && old->key != key) {
+        link = &old->next;
+        old = old->next.load(std::memory_order_relaxed);
+    }
+    if (old == nullptr && size() >= capacity_) return Upsert::full;
+
+    auto* e = new CacheEntry;
+    e->key = key;
+    e->record = record;
+    e->expires_ms = expires_ms;
+    e->owner_party = owner;
+    e->kind = kind;
+    e->next.store(head.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    head.store(e, std::memory_order_release);  // from here readers find the new entry first
+    size_.fetch_add(1, std::memory_order_relaxed);
+    by_kind_[static_cast<int>(kind)].fetch_add(1, std::memory_order_relaxed);
+    if (old == nullptr) return Upsert::inserted;
+    if (link == &head) link = &e->next;  // the old entry was the head: it now hangs off the new one
+    unlink(*link, old);
+    return Upsert::replaced;
+}
+
+bool ResolveCache::remove(ProcessId key) {
+    std::atomic<CacheEntry*>* link = &buckets_[bucket(key)];
+    for (CacheEntry* e = link->load(std::memory_order_relaxed); e != nullptr; e = link->load(std::memory_order_relaxed)) {
+        if (e->key == key) {
+            unlink(*link, e);
+            return true;
+        }
+        link = &e->next;
+    }
+    return false;
+}
+
+std::size_t ResolveCache::remove_if(const std::function<bool(const CacheEntry&)>& pred) {
+    std::size_t n = 0;
+    for (std::size_t b = 0; b <= mask_; ++b) {
+        std::atomic<CacheEntry*>* link = &buckets_[b];
+        for (CacheEntry* e = link->load(std::memory_order_relaxed); e != nullptr;
+             e = link->load(std::memory_order_relaxed)) {
+            if (pred(*e)) {
+                unlink(*link, e);
+                ++n;
+            } else {
+                link = &e->next;
+            }
+        }
+    }
+    return n;
+}
+
+void ResolveCache::reclaim(const std::function<void()>& synchronize) {
+    if (retired_.empty()) return;
+    if (synchronize) synchronize();
+    for (CacheEntry* e : retired_) delete e;
+    retired_.clear();
+}
+
+void ResolveCache::for_each(const std::function<bool(const CacheEntry&)>& f) const {
+    for (std::size_t b = 0; b <= mask_; ++b)
+        for (const CacheEntry* e = buckets_[b].load(std::memory_order_acquire); e != nullptr;
+             e = e->next.load(std::memory_order_acquire))
+            if (!f(*e)) return;
+}
+
+}  // namespace fedgate

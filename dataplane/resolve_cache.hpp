@@ -1,0 +1,79 @@
+// The resolution cache: every DMA address record this gateway can answer with — its own processes'
+// (local), those peers announced, those learned from query answers, and brief "not found" entries.
+// The data-plane lcore reads it without locks; control threads write it, one at a time, and free
+// what they replace only after an RCU grace period (classic RCU hash: chained buckets, new entries
+// published at a bucket's head with a release store, unlinked entries retired, never changed in place).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "dataplane/resolve_wire.hpp"
+
+namespace fedgate {
+
+enum class CacheKind : uint8_t {
+    local = 0,      // a process registered with this gateway (the authoritative copy)
+    announced = 1,  // a peer announced it; kept until withdrawn or the peer's stream starts over
+    answered = 2,   // learned from a query answer; kept for the record's ttl
+    negative = 3,   // every party said "not here"; kept briefly
+};
+const char* cache_kind_name(CacheKind k);
+inline constexpr int kCacheKinds = 4;
+
+struct CacheEntry {
+    ProcessId key;  // what it is found under: the record's ID, or the party-0 ID a broadcast answered
+    DmaAddress record;  // unset for negative entries
+    uint64_t expires_ms = UINT64_MAX;  // on the lcore's millisecond clock; UINT64_MAX: no expiry
+    uint16_t owner_party = 0;          // the party whose gateway vouched for it
+    CacheKind kind = CacheKind::local;
+    std::atomic<CacheEntry*> next{nullptr};
+};
+
+class ResolveCache {
+public:
+    // `capacity`: most entries held at once; the bucket array is the next power of two above it.
+    explicit ResolveCache(uint32_t capacity);
+    ~ResolveCache();
+    ResolveCache(const ResolveCache&) = delete;
+    ResolveCache& operator=(const ResolveCache&) = delete;
+
+    // Reader side (the lcore, or any thread in an RCU read-side section). An expired entry counts
+    // as absent. The pointer stays valid until the reader's next quiescent state.
+    const CacheEntry* find(ProcessId key, uint64_t now_ms) const;
+
+    // Writer side: one writer at a time (the caller serialises). Entries unlinked here go on the
+    // retired list; free them with reclaim() once no reader can still see them.
+    enum class Upsert : uint8_t { inserted, replaced, full };
+    Upsert upsert(ProcessId key, const DmaAddress& record, CacheKind kind, uint16_t owner, uint64_t expires_ms);
+    bool remove(ProcessId key);
+    // Removes every entry `pred` matches; returns how many.
+    std::size_t remove_if(const std::function<bool(const CacheEntry&)>& pred);
+    // Waits for readers with `synchronize` (e.g. rte_rcu_qsbr_synchronize), then frees the retired.
+    void reclaim(const std::function<void()>& synchronize);
+    std::size_t retired() const { return retired_.size(); }
+
+    // Writer-side walk (no concurrent writer). Stops when `f` returns false.
+    void for_each(const std::function<bool(const CacheEntry&)>& f) const;
+    // Any thread.
+    std::size_t size() const { return size_.load(std::memory_order_relaxed); }
+    std::size_t size(CacheKind k) const { return by_kind_[static_cast<int>(k)].load(std::memory_order_relaxed); }
+    std::size_t capacity() const { return capacity_; }
+    static constexpr std::size_t entry_bytes() { return sizeof(CacheEntry) + sizeof(std::atomic<CacheEntry*>); }
+
+private:
+    std::size_t bucket(ProcessId key) const;
+    void unlink(std::atomic<CacheEntry*>& link, CacheEntry* e);
+
+    std::size_t capacity_;
+    std::size_t mask_;
+    std::unique_ptr<std::atomic<CacheEntry*>[]> buckets_;
+    std::atomic<std::size_t> size_{0};
+    std::atomic<std::size_t> by_kind_[kCacheKinds] = {};
+    std::vector<CacheEntry*> retired_;
+};
+
+}  // namespace fedgate

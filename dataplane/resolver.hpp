@@ -1,0 +1,120 @@
+// The resolution fast path of one lcore: answers resolve requests from the cache, and on a miss
+// keeps a small pending table of queries to peer gateways (directed to the owner's gateway, or
+// broadcast to all), folds duplicate requests for the same target into one query, relays the first
+// good answer to every waiter, times queries out, and rate-limits broadcasts per requester and in
+// total. Pure: packets in and out go through ResolverIo, time is passed in. Never allocates after
+// construction.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dataplane/counters.hpp"
+#include "dataplane/rate_limiter.hpp"
+#include "dataplane/resolve_cache.hpp"
+#include "dataplane/resolve_wire.hpp"
+
+namespace fedgate {
+
+inline constexpr uint32_t kDefaultPendingQueries = 1024;
+inline constexpr uint32_t kDefaultQueryTimeoutMs = 1000;
+inline constexpr uint32_t kDefaultBroadcastRate = 200;       // per second, all requesters together
+inline constexpr uint32_t kDefaultBroadcastBurst = 50;
+inline constexpr uint32_t kDefaultRequesterBroadcastRate = 20;  // per second, per requester address
+inline constexpr uint32_t kDefaultRequesterBroadcastBurst = 10;
+inline constexpr int kMaxPeers = 64;  // peers are a bit mask in the pending table
+inline constexpr int kMaxWaiters = 8;  // requests folded onto one pending query
+
+struct ResolverConfig {
+    uint16_t party_id = 0;
+    uint32_t pending_capacity = kDefaultPendingQueries;
+    uint32_t query_timeout_ms = kDefaultQueryTimeoutMs;
+    uint32_t broadcast_rate = kDefaultBroadcastRate;
+    uint32_t broadcast_burst = kDefaultBroadcastBurst;
+    uint32_t requester_broadcast_rate = kDefaultRequesterBroadcastRate;
+    uint32_t requester_broadcast_burst = kDefaultRequesterBroadcastBurst;
+    std::vector<uint16_t> peer_parties;  // index = peer index used in ResolverIo::query
+};
+
+// Who asked: where the reply goes. `control` marks a request from this gateway's own control
+// threads (fedgatectl resolve); its reply goes back through ResolverIo::reply as well.
+struct Requester {
+    uint32_t ip = 0;  // network order
+    uint16_t port = 0;  // network order
+    uint16_t in_port = 0;  // the gateway port it came in on
+    uint64_t request_id = 0;
+    void* control = nullptr;
+};
+
+class ResolverIo {
+public:
+    virtual ~ResolverIo() = default;
+    // `record` is null unless status is ok.
+    virtual void reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,
+                       const DmaAddress* record) = 0;
+    virtual void query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) = 0;
+    // What the cache should learn (control threads write it): a record, or "not found" (null).
+    virtual void learned(ProcessId key, const DmaAddress* record, uint16_t owner_party) = 0;
+};
+
+struct ResolverCounters {
+    Counter requests, hits, negative_hits, misses, folded, directed, broadcast, answered, not_found, timed_out,
+        refused_rate, refused_busy, bad_requests, answers_unmatched, queries_answered_found, queries_answered_no;
+};
+
+class Resolver {
+public:
+    Resolver(const ResolverConfig& cfg, const ResolveCache& cache, ResolverIo& io);
+
+    // A compute process (or the control threads) asks for `target`.
+    void request(const Requester& r, ProcessId target, uint64_t now_ms);
+    // A peer (index) answered query `query_id`; `record` null means "not here".
+    void answer(int peer, uint64_t query_id, ProcessId target, const DmaAddress* record, uint64_t now_ms);
+    // A peer asks us. Returns the local record that answers it, or null ("not here").
+    const CacheEntry* lookup_for_peer(ProcessId target, uint64_t now_ms);
+    // Times out queries past their deadline. Call often (every few ms is plenty).
+    void expire(uint64_t now_ms);
+
+    const ResolverCounters& counters() const { return counters_; }
+    uint32_t pending() const { return pending_count_; }
+    int peer_index(uint16_t party) const;  // -1 if not a peer
+
+private:
+    struct Pending {
+        ProcessId target;
+        uint64_t query_id = 0;  // 0: slot free
+        uint64_t deadline_ms = 0;
+        uint64_t asked = 0;     // peers asked (bit per peer index)
+        uint64_t said_no = 0;   // peers that answered "not here"
+        QueryMode mode = QueryMode::directed;
+        uint8_t nwaiters = 0;
+        std::array<Requester, kMaxWaiters> waiters;
+    };
+
+    void finish(uint32_t slot, ResolveStatus status, AnswerSource source, const DmaAddress* record);
+    void broadcast(Pending& p, uint64_t now_ms);
+    uint32_t find_pending(ProcessId target) const;  // slot, or UINT32_MAX
+    void index_insert(uint32_t slot);
+    void index_erase(uint32_t slot);
+    std::size_t index_home(ProcessId target) const;
+
+    ResolverConfig cfg_;
+    const ResolveCache& cache_;
+    ResolverIo& io_;
+    std::unique_ptr<Pending[]> slots_;
+    std::vector<uint32_t> free_;  // free slot numbers (a stack; reserved at construction)
+    // Open-addressing index target -> slot+1 (0: empty), twice the slots, backward-shift deletion.
+    std::unique_ptr<uint32_t[]> index_;
+    std::size_t index_mask_ = 0;
+    uint32_t pending_count_ = 0;
+    uint64_t next_query_gen_ = 1;
+    TokenBucket total_broadcasts_;
+    RequesterLimiter requester_broadcasts_;
+    uint64_t all_peers_ = 0;
+    ResolverCounters counters_;
+};
+
+}  // namespace fedgate

@@ -1,0 +1,170 @@
+// The resolution service's wire formats: process IDs, DMA address records, message framing.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "dataplane/resolve_wire.hpp"
+
+namespace fedgate {
+namespace {
+
+TEST(ProcessId, DottedFormRoundTrips) {
+    const auto id = parse_process_id("2.7.42");
+    ASSERT_TRUE(id);
+    EXPECT_EQ(id->party(), 2);
+    EXPECT_EQ(id->node(), 7);
+    EXPECT_EQ(id->local(), 42u);
+    EXPECT_EQ(id->value, 0x0002000700000000ull + 42);
+    EXPECT_EQ(format_process_id(*id), "2.7.42");
+    EXPECT_EQ(format_process_id(*parse_process_id("65535.65535.4294967295")), "65535.65535.4294967295");
+}
+
+TEST(ProcessId, HexFormGivesTheSameId) {
+    EXPECT_EQ(parse_process_id("0x000200070000002a"), parse_process_id("2.7.42"));
+    EXPECT_EQ(parse_process_id("0X2a")->value, 42u);
+    EXPECT_EQ(parse_process_id("0xffffffffffffffff")->value, UINT64_MAX);
+}
+
+TEST(ProcessId, RejectsEverythingElse) {
+    for (const char* bad : {"", "1", "1.2", "1.2.3.4", "65536.0.0", "0.65536.0", "0.0.4294967296", "a.b.c", "1..2",
+                            ".1.2", "1.2.", "-1.2.3", "+1.2.3", " 1.2.3", "1.2.3 ", "0x", "0x1ffffffffffffffff",
+                            "0xg", "0x-1", "00000000001.2.3"})
+        EXPECT_FALSE(parse_process_id(bad)) << bad;
+}
+
+TEST(ProcessId, PartyZeroMeansOwnerUnknown) {
+    const ProcessId id = *parse_process_id("0.7.42");
+    EXPECT_EQ(id.party(), 0);
+    EXPECT_EQ(id.with_party(3), *parse_process_id("3.7.42"));
+}
+
+DmaAddress sample_record() {
+    DmaAddress a;
+    a.pid = ProcessId::make(2, 7, 42);
+    a.epoch = 0xdeadbeef;
+    a.transport = Transport::roce_v2;
+    a.flags = 0x5a;
+    for (uint8_t i = 0; i < 16; ++i) a.gid[i] = static_cast<uint8_t>(0xf0 + i);
+    a.qpn = 0xabcdef;
+    a.mtu = 4096;
+    a.ipv4 = 0xc6120a0b;  // 198.18.10.11
+    a.port = 4791;
+    a.ttl_s = 600;
+    return a;
+}
+
+TEST(DmaAddressWire, EncodesEveryFieldBigEndianAtItsOffset) {
+    DmaAddressWire w;
+    encode(sample_record(), w);
+    const auto* b = reinterpret_cast<const uint8_t*>(&w);
+    const uint8_t expect[48] = {0x00, 0x02, 0x00, 0x07, 0x00, 0x00, 0x00, 0x2a,  // pid
+                                0xde, 0xad, 0xbe, 0xef,                          // epoch
+                                0x01, 0x5a, 0x10, 0x00,                          // transport, flags, mtu
+                                0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7,  // gid
+                                0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff,  //
+                                0x00, 0xab, 0xcd, 0xef,                          // qpn
+                                0xc6, 0x12, 0x0a, 0x0b, 0x12, 0xb7,              // ipv4, port
+                                0x00, 0x00, 0x00, 0x00, 0x02, 0x58};             // reserved, ttl
+    EXPECT_EQ(std::memcmp(b, expect, sizeof expect), 0);
+    const auto back = decode(w);
+    ASSERT_TRUE(back);
+    EXPECT_EQ(*back, sample_record());
+}
+
+TEST(DmaAddressWire, DecodeRejectsUnknownTransportWideQpnAndReservedBytes) {
+    DmaAddressWire w;
+    encode(sample_record(), w);
+    DmaAddressWire bad = w;
+    bad.transport = 9;
+    EXPECT_FALSE(decode(bad));
+    bad = w;
+    bad.qpn[0] = 1;
+    EXPECT_FALSE(decode(bad));
+    bad = w;
+    bad.reserved[1] = 1;
+    EXPECT_FALSE(decode(bad));
+}
+
+std::vector<uint8_t> frame(const Header& h, const std::vector<uint8_t>& body, std::size_t mac = 0) {
+    std::vector<uint8_t> d(sizeof(MsgHeader) + body.size() + mac, 0xee);
+    Header hh = h;
+    hh.body_len = static_cast<uint16_t>(body.size());
+    MsgHeader w;
+    encode(hh, w);
+    std::memcpy(d.data(), &w, sizeof w);
+    std::memcpy(d.data() + sizeof w, body.data(), body.size());
+    return d;
+}
+
+TEST(ParseMessage, ClientMessageHasNoMac) {
+    const Header h{MsgType::resolve, 0, 0, 0x1122334455667788ull, 0};
+    const auto d = frame(h, std::vector<uint8_t>(sizeof(ResolveBody), 1));
+    ParsedMsg m;
+    ASSERT_EQ(parse_message(d, m), WireError::ok);
+    EXPECT_EQ(m.header.type, MsgType::resolve);
+    EXPECT_EQ(m.header.seq, 0x1122334455667788ull);
+    EXPECT_EQ(m.body.size(), sizeof(ResolveBody));
+    EXPECT_TRUE(m.mac.empty());
+}
+
+TEST(ParseMessage, PeerMessageCarriesMacAfterBody) {
+    const Header h{MsgType::query, 3, 0, 99, 1};
+    const auto d = frame(h, std::vector<uint8_t>(sizeof(QueryBody), 0), kMacLen);
+    ParsedMsg m;
+    ASSERT_EQ(parse_message(d, m), WireError::ok);
+    EXPECT_EQ(m.header.sender_party, 3);
+    EXPECT_EQ(m.header.channel, 1);
+    EXPECT_EQ(m.mac.size(), kMacLen);
+    EXPECT_EQ(m.mac.data(), d.data() + sizeof(MsgHeader) + sizeof(QueryBody));
+    EXPECT_EQ(m.authenticated.size(), sizeof(MsgHeader) + sizeof(QueryBody));
+}
+
+TEST(ParseMessage, NamesWhatIsWrong) {
+    const Header h{MsgType::query, 3, 0, 99, 0};
+    const auto good = frame(h, std::vector<uint8_t>(sizeof(QueryBody), 0), kMacLen);
+    ParsedMsg m;
+    EXPECT_EQ(parse_message(std::span(good).first(10), m), WireError::truncated);
+    EXPECT_EQ(parse_message(std::span(good).first(good.size() - 1), m), WireError::truncated);
+    auto longer = good;
+    longer.push_back(0);
+    EXPECT_EQ(parse_message(longer, m), WireError::bad_length);
+    auto bad = good;
+    bad[0] = 0;
+    EXPECT_EQ(parse_message(bad, m), WireError::bad_magic);
+    bad = good;
+    bad[2] = 2;
+    EXPECT_EQ(parse_message(bad, m), WireError::bad_version);
+    for (uint8_t t : {0, 7, 15, 22, 255}) {
+        bad = good;
+        bad[3] = t;
+        EXPECT_EQ(parse_message(bad, m), WireError::bad_type) << int(t);
+    }
+    // A body of the wrong size for its type.
+    const auto wrong_body = frame(h, std::vector<uint8_t>(sizeof(QueryBody) + 1, 0), kMacLen);
+    EXPECT_EQ(parse_message(wrong_body, m), WireError::bad_body);
+}
+
+TEST(ParseMessage, StreamBodyMustHoldExactlyCountEntries) {
+    std::vector<uint8_t> body(sizeof(StreamBody) + 2 * sizeof(DmaAddressWire), 0);
+    store_be16(body.data() + offsetof(StreamBody, count), 2);
+    const Header h{MsgType::announce, 2, 0, 5, 1};
+    ParsedMsg m;
+    EXPECT_EQ(parse_message(frame(h, body, kMacLen), m), WireError::ok);
+    store_be16(body.data() + offsetof(StreamBody, count), 3);
+    EXPECT_EQ(parse_message(frame(h, body, kMacLen), m), WireError::bad_body);
+    const Header w{MsgType::withdraw, 2, 0, 5, 1};
+    std::vector<uint8_t> wb(sizeof(StreamBody) + 3 * sizeof(ProcessRefBody), 0);
+    store_be16(wb.data() + offsetof(StreamBody, count), 3);
+    EXPECT_EQ(parse_message(frame(w, wb, kMacLen), m), WireError::ok);
+    EXPECT_EQ(parse_message(frame(w, std::vector<uint8_t>(10, 0), kMacLen), m), WireError::bad_body);
+}
+
+TEST(ParseMessage, BatchesFitOneEthernetFrame) {
+    EXPECT_LE(20 + 8 + sizeof(MsgHeader) + sizeof(StreamBody) + kMaxAnnouncePerMsg * sizeof(DmaAddressWire) + kMacLen,
+              1500u);
+    EXPECT_GE(kMaxAnnouncePerMsg, 28u);
+}
+
+}  // namespace
+}  // namespace fedgate
