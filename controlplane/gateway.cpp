@@ -25,6 +25,9 @@
 #include "controlplane/mgmt_server.hpp"
 #include "controlplane/pinger.hpp"
 #include "controlplane/portmap_table.hpp"
+#include "controlplane/resolution.hpp"
+
+#include <rte_udp.h>
 
 namespace fedgate {
 namespace {
@@ -37,6 +40,9 @@ constexpr auto kRequestTimeout = std::chrono::seconds(5);
 constexpr unsigned kMempoolCache = 256;
 constexpr uint32_t kMaxPingCount = 100;
 constexpr uint32_t kMaxPingTimeoutMs = 60'000;
+constexpr unsigned kEventRingSize = 4096;
+constexpr uint32_t kMaxDirList = 100'000;
+constexpr uint32_t kResolveTickMs = 10;
 
 std::string mac_str(const rte_ether_addr& a) {
     char buf[RTE_ETHER_ADDR_FMT_SIZE];
@@ -146,7 +152,9 @@ void Gateway::start() {
     punt_ = rte_ring_create("fg_punt", kRingSize, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
     inject_ = rte_ring_create("fg_inject", kRingSize, socket, RING_F_SC_DEQ);
     requests_ = rte_ring_create("fg_requests", kRequestRingSize, socket, RING_F_SC_DEQ);
-    if (punt_ == nullptr || inject_ == nullptr || requests_ == nullptr)
+    events_ = rte_ring_create_elem("fg_events", sizeof(ResolveEvent), kEventRingSize, socket,
+                                   RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (punt_ == nullptr || inject_ == nullptr || requests_ == nullptr || events_ == nullptr)
         throw std::runtime_error(std::string("cannot create the control rings: ") + rte_strerror(rte_errno));
 
     for (const PortConfig& pc : cfg_.ports) {
@@ -198,8 +206,21 @@ void Gateway::start() {
     for (const std::string& w : warnings) FG_LOG(WARNING, gateway, "%s", w.c_str());
     FG_LOG(INFO, gateway, "port maps: %zu import, %zu export", table_->import_count(), table_->export_count());
 
-    dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_},
-                                      DpShared{maps_.get(), rcu_, 0});
+    // The resolution service: the cache the lcore answers from, and its control side.
+    const ResolveSettings& rs = cfg_.resolve;
+    dc.resolve.port = rs.port;
+    dc.resolve.max_skew_ns = uint64_t{rs.max_clock_skew_ms} * 1'000'000;
+    dc.resolve.resolver = ResolverConfig{cfg_.party_id,          rs.pending_queries,         rs.query_timeout_ms,
+                                         rs.broadcast_rate,       rs.broadcast_burst,         rs.requester_broadcast_rate,
+                                         rs.requester_broadcast_burst, {}};
+    for (const PeerConfig& p : cfg_.peers) dc.resolve.peers.push_back(DpPeer{rte_cpu_to_be_32(p.address), p.party_id, p.key});
+    cache_ = std::make_unique<ResolveCache>(rs.cache_capacity);
+    resolution_ = std::make_unique<ResolutionService>(
+        cfg_, *cache_, [this](uint32_t dst, uint16_t port, std::span<const uint8_t> d) { send_udp(dst, port, d); },
+        [this] { rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID); });
+
+    dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_, events_},
+                                      DpShared{maps_.get(), rcu_, 0, cache_.get()});
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
     mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::ordered_json& r) { return handle(r); },
                                          control_arena());
@@ -212,6 +233,8 @@ void Gateway::stop() {
     mgmt_.reset();
     if (punt_thread_.joinable()) punt_thread_.join();
     dp_.reset();
+    resolution_.reset();
+    cache_.reset();  // no lcore left to read it
     pinger_.reset();
     table_.reset();  // the data plane is gone: rules can be freed without a grace period
     maps_.reset();
@@ -224,7 +247,8 @@ void Gateway::stop() {
         rte_ring_free(r);
     }
     rte_ring_free(requests_);  // requests left in it belong to callers that timed out; they leak by design
-    punt_ = inject_ = requests_ = nullptr;
+    rte_ring_free(events_);
+    punt_ = inject_ = requests_ = events_ = nullptr;
     for (const PortHandle& p : ports_) close_port(p);
     ports_.clear();
     if (pool_ != nullptr) rte_mempool_free(pool_);
@@ -233,24 +257,80 @@ void Gateway::stop() {
     eal_up_ = false;
 }
 
-// The control side of the punt ring: hands each packet to whoever waits for it.
+uint64_t Gateway::now_ms() const {
+    static const uint64_t tsc_per_ms = rte_get_tsc_hz() / 1000;
+    return rte_get_tsc_cycles() / tsc_per_ms;
+}
+
+// The control side of the punt ring: hands each packet to whoever waits for it. The same thread
+// drives the resolution service: punted registrations and peer messages, the lcore's events, timers.
 void Gateway::punt_loop(const std::atomic<bool>& quit) {
     IdleBackoff idle(IdleConfig{false, 64, 10, 2000});
     rte_mbuf* pkts[Dataplane::kBurst];
+    const uint16_t resolve_port = rte_cpu_to_be_16(cfg_.resolve.port);
+    resolution_->start(now_ms());
+    uint64_t next_tick = 0;
     while (!quit.load()) {
         const unsigned n = rte_ring_sc_dequeue_burst(punt_, reinterpret_cast<void**>(pkts), Dataplane::kBurst, nullptr);
         for (unsigned i = 0; i < n; ++i) {
             ParsedPacket p;
-            if (parse_packet(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]), p) ==
-                    DropReason::none &&
-                p.ip_proto == kIpProtoIcmp && p.icmp_type == RTE_IP_ICMP_ECHO_REPLY) {
+            if (parse_packet(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]), p) !=
+                DropReason::none) {
+                rte_pktmbuf_free(pkts[i]);
+                continue;
+            }
+            if (p.ip_proto == kIpProtoIcmp && p.icmp_type == RTE_IP_ICMP_ECHO_REPLY) {
                 const auto* icmp = rte_pktmbuf_mtod_offset(pkts[i], const rte_icmp_hdr*, p.l4_offset);
                 pinger_->on_echo_reply(p.src_ip, icmp->icmp_ident, icmp->icmp_seq_nb);
+            } else if (p.ip_proto == kIpProtoUdp && p.dst_port == resolve_port) {
+                resolution_->on_message(rte_be_to_cpu_32(p.src_ip), rte_be_to_cpu_16(p.src_port),
+                                        {rte_pktmbuf_mtod_offset(pkts[i], const uint8_t*, p.payload_offset), p.payload_len},
+                                        now_ms());
             }
             rte_pktmbuf_free(pkts[i]);
         }
-        if (const uint32_t us = idle.after_poll(n); us != 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+        ResolveEvent ev[16];
+        const unsigned ne = rte_ring_sc_dequeue_burst_elem(events_, ev, sizeof(ResolveEvent), 16, nullptr);
+        for (unsigned i = 0; i < ne; ++i) resolution_->on_event(ev[i], now_ms());
+        if (const uint64_t now = now_ms(); now >= next_tick) {
+            resolution_->tick(now);
+            next_tick = now + kResolveTickMs;
+        }
+        if (const uint32_t us = idle.after_poll(n + ne); us != 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
     }
+}
+
+void Gateway::send_udp(uint32_t dst, uint16_t dst_port, std::span<const uint8_t> d) {
+    uint32_t nh = 0;
+    const int out = Dataplane::route(dp_ports_, rte_cpu_to_be_32(dst), &nh);
+    if (out < 0) return;
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    if (m == nullptr) return;  // the stream retransmits; a lost reply makes the client retry
+    const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + d.size());
+    // The mbuf's headroom takes the Ethernet header the lcore prepends.
+    char* data = rte_pktmbuf_append(m, ip_len);
+    if (data == nullptr) {
+        rte_pktmbuf_free(m);
+        return;
+    }
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(data);
+    std::memset(ip, 0, sizeof *ip);
+    ip->version_ihl = RTE_IPV4_VHL_DEF;
+    ip->total_length = rte_cpu_to_be_16(ip_len);
+    ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
+    ip->time_to_live = 64;
+    ip->next_proto_id = kIpProtoUdp;
+    ip->src_addr = dp_ports_[out].addr;
+    ip->dst_addr = rte_cpu_to_be_32(dst);
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
+    udp->src_port = rte_cpu_to_be_16(cfg_.resolve.port);
+    udp->dst_port = rte_cpu_to_be_16(dst_port);
+    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + d.size()));
+    udp->dgram_cksum = 0;
+    std::memcpy(udp + 1, d.data(), d.size());
+    udp->dgram_cksum = rte_ipv4_udptcp_cksum(ip, udp);
+    if (rte_ring_mp_enqueue(inject_, m) != 0) rte_pktmbuf_free(m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -263,7 +343,11 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     if (cmd == "ping") return ping(req);
     if (cmd == "map_add" || cmd == "map_del" || cmd == "map_list" || cmd == "map_nft") return table_->handle(req);
     if (cmd == "session_list") return session_list(req);
-    throw MgmtError("unknown cmd '" + cmd + "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list)");
+    if (cmd == "resolve") return resolve(req);
+    if (cmd == "dir_list" || cmd == "dir_show") return dir(req);
+    throw MgmtError("unknown cmd '" + cmd +
+                    "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list, dir_list, dir_show, "
+                    "resolve)");
 }
 
 nlohmann::ordered_json Gateway::status() const {
@@ -373,6 +457,7 @@ nlohmann::ordered_json Gateway::stats() const {
           {"port_pools", pools}}},
         {"maps", {{"imports", table_->import_count()}, {"exports", table_->export_count()}}},
         {"control", {{"punted", l.punted.get()}, {"injected", l.injected.get()}, {"unmatched_echo_replies", pinger_->unmatched_replies()}}},
+        {"resolution", resolution_stats()},
     };
 }
 
@@ -385,22 +470,11 @@ nlohmann::ordered_json Gateway::session_list(const nlohmann::ordered_json& req) 
         limit = v.get<uint32_t>();
     }
     // Only the lcore may read its sessions: ask it, and wait for the answer.
-    auto* r = new DpRequest;
-    r->kind = DpRequest::Kind::session_dump;
-    r->limit = limit;
-    r->sessions.reserve(limit);
-    if (rte_ring_mp_enqueue(requests_, r) != 0) {
-        delete r;
-        throw MgmtError("the data plane's request ring is full; try again");
-    }
-    const auto deadline = std::chrono::steady_clock::now() + kRequestTimeout;
-    while (!r->done.load(std::memory_order_acquire)) {
-        // The lcore may still answer later: the request is left to it (a bounded leak) rather
-        // than freed under its feet.
-        if (std::chrono::steady_clock::now() > deadline) throw MgmtError("the data plane did not answer in time");
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    std::unique_ptr<DpRequest> owned(r);
+    auto req_in = std::make_unique<DpRequest>();
+    req_in->kind = DpRequest::Kind::session_dump;
+    req_in->limit = limit;
+    req_in->sessions.reserve(limit);
+    const std::unique_ptr<DpRequest> r = ask_lcore(std::move(req_in), kRequestTimeout);
     const auto endpoint = [](uint32_t addr, uint16_t port) {
         return format_ipv4(rte_be_to_cpu_32(addr)) + ":" + std::to_string(rte_be_to_cpu_16(port));
     };
@@ -423,6 +497,93 @@ nlohmann::ordered_json Gateway::session_list(const nlohmann::ordered_json& req) 
         });
     }
     return {{"sessions", list}, {"total", r->total}, {"truncated", r->total > list.size()}};
+}
+
+std::unique_ptr<DpRequest> Gateway::ask_lcore(std::unique_ptr<DpRequest> req, std::chrono::milliseconds timeout) {
+    DpRequest* r = req.get();
+    if (rte_ring_mp_enqueue(requests_, r) != 0) throw MgmtError("the data plane's request ring is full; try again");
+    req.release();  // the lcore has it now
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!r->done.load(std::memory_order_acquire)) {
+        // The lcore may still answer later: the request is left to it (a bounded leak) rather
+        // than freed under its feet.
+        if (std::chrono::steady_clock::now() > deadline) throw MgmtError("the data plane did not answer in time");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return std::unique_ptr<DpRequest>(r);
+}
+
+static ProcessId pid_arg(const nlohmann::ordered_json& req, const char* cmd) {
+    if (!req.contains("pid") || !req["pid"].is_string())
+        throw MgmtError(std::string(cmd) + ": \"pid\" must be a process ID string (PARTY.NODE.LOCAL or 0xHEX)");
+    const std::string s = req["pid"].get<std::string>();
+    const auto pid = parse_process_id(s);
+    if (!pid || pid->value == 0)
+        throw MgmtError(std::string(cmd) + ": pid '" + s + "' is not a process ID (PARTY.NODE.LOCAL or 0xHEX, not 0)");
+    return *pid;
+}
+
+// The daemon's own path: the lcore's resolver, exactly as a compute process would be served.
+nlohmann::ordered_json Gateway::resolve(const nlohmann::ordered_json& req) {
+    auto r = std::make_unique<DpRequest>();
+    r->kind = DpRequest::Kind::resolve;
+    r->target = pid_arg(req, "resolve");
+    // A query finishes within its timeout; the wait allows for that and a busy lcore.
+    const auto done = ask_lcore(std::move(r), std::chrono::milliseconds(cfg_.resolve.query_timeout_ms) + kRequestTimeout);
+    nlohmann::ordered_json j = {{"target", format_process_id(done->target)},
+                                {"status", resolve_status_name(done->status)},
+                                {"source", answer_source_name(done->source)}};
+    if (done->status == ResolveStatus::ok) j["record"] = ResolutionService::record_json(done->record);
+    return j;
+}
+
+nlohmann::ordered_json Gateway::dir(const nlohmann::ordered_json& req) {
+    const std::string cmd = req.at("cmd").get<std::string>();
+    if (cmd == "dir_show") return resolution_->dir_show(pid_arg(req, "dir show"), now_ms());
+    const std::string which = req.contains("which") && req["which"].is_string() ? req["which"].get<std::string>() : "all";
+    if (which != "all" && which != "local" && which != "remote")
+        throw MgmtError("dir list: \"which\" must be \"all\", \"local\" or \"remote\"");
+    uint32_t limit = 1000;
+    if (req.contains("limit")) {
+        const auto& v = req["limit"];
+        if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > kMaxDirList)
+            throw MgmtError("limit: must be an integer 1.." + std::to_string(kMaxDirList));
+        limit = v.get<uint32_t>();
+    }
+    return resolution_->dir_list(which != "remote", which != "local", limit, now_ms());
+}
+
+nlohmann::ordered_json Gateway::resolution_stats() const {
+    nlohmann::ordered_json j = resolution_->stats();
+    if (const Resolver* r = dp_->resolver(); r != nullptr) {
+        const ResolverCounters& c = r->counters();
+        const ResolveDpCounters& d = dp_->resolve_counters();
+        j["resolve"] = {{"requests", c.requests.get()},
+                        {"hits", c.hits.get()},
+                        {"misses", c.misses.get()},
+                        {"folded", c.folded.get()},
+                        {"directed", c.directed.get()},
+                        {"broadcast", c.broadcast.get()},
+                        {"answered", c.answered.get()},
+                        {"not_found", c.not_found.get()},
+                        {"timed_out", c.timed_out.get()},
+                        {"negative", c.negative_hits.get()},
+                        {"refused", c.refused_rate.get() + c.refused_busy.get() + c.bad_requests.get()},
+                        {"refused_rate", c.refused_rate.get()},
+                        {"refused_busy", c.refused_busy.get()},
+                        {"bad_requests", c.bad_requests.get()},
+                        {"pending", r->pending()},
+                        {"answers_unmatched", c.answers_unmatched.get()},
+                        {"peer_queries_found", c.queries_answered_found.get()},
+                        {"peer_queries_not_here", c.queries_answered_no.get()},
+                        {"client_msgs", d.client_msgs.get()},
+                        {"peer_msgs", d.peer_msgs.get()},
+                        {"replies_sent", d.replies_sent.get()},
+                        {"queries_sent", d.queries_sent.get()},
+                        {"answers_sent", d.answers_sent.get()},
+                        {"events_lost", d.events_lost.get()}};
+    }
+    return j;
 }
 
 nlohmann::ordered_json Gateway::ping(const nlohmann::ordered_json& req) {

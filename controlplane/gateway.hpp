@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,8 @@ namespace fedgate {
 class MgmtServer;
 class Pinger;
 class PortMapTable;
+class ResolutionService;
+class ResolveCache;
 
 class Gateway {
 public:
@@ -50,6 +53,14 @@ private:
     nlohmann::ordered_json stats() const;
     nlohmann::ordered_json ping(const nlohmann::ordered_json& request);
     nlohmann::ordered_json session_list(const nlohmann::ordered_json& request);
+    nlohmann::ordered_json resolve(const nlohmann::ordered_json& request);
+    nlohmann::ordered_json dir(const nlohmann::ordered_json& request);
+    nlohmann::ordered_json resolution_stats() const;
+    // Hands `r` to the lcore and waits until it is done; throws MgmtError if it takes too long.
+    std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout);
+    // One resolution datagram from our resolution port, routed like any packet the control threads send.
+    void send_udp(uint32_t dst, uint16_t dst_port, std::span<const uint8_t> datagram);
+    uint64_t now_ms() const;  // the lcore's clock
 
     Config cfg_;
     std::chrono::steady_clock::time_point started_;
@@ -58,7 +69,10 @@ private:
     rte_ring* punt_ = nullptr;
     rte_ring* inject_ = nullptr;
     rte_ring* requests_ = nullptr;
+    rte_ring* events_ = nullptr;
     rte_rcu_qsbr* rcu_ = nullptr;
+    std::unique_ptr<ResolveCache> cache_;
+    std::unique_ptr<ResolutionService> resolution_;
     std::unique_ptr<PortMapView> maps_;
     std::unique_ptr<PortMapTable> table_;
     std::vector<PortHandle> ports_;

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "controlplane/config.hpp"  // kDefaultSocket, shared with fedgated; header-only constants
+#include "dataplane/resolve_wire.hpp"  // process IDs; DPDK-free
 #include "tools/mgmt_client.hpp"
 
 namespace fedgate {
@@ -81,7 +82,12 @@ void map_del_options(po::options_description&, po::options_description&, po::pos
 void map_list_options(po::options_description&, po::options_description&, po::positional_options_description&);
 void session_list_options(po::options_description&, po::options_description&,
                           po::positional_options_description&);
+void dir_list_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void pid_operand(po::options_description&, po::options_description&, po::positional_options_description&);
 void help_options(po::options_description&, po::options_description&, po::positional_options_description&);
+int run_dir_list(const Invocation&);
+int run_dir_show(const Invocation&);
+int run_resolve(const Invocation&);
 int run_status(const Invocation&);
 int run_stats(const Invocation&);
 int run_ping(const Invocation&);
@@ -124,6 +130,15 @@ constexpr std::array kCommands{
             map_list_options, run_map_nft},
     Command{"session list", "", "[--limit N]", "list the data plane's NAT sessions",
             "fedgatectl session list --limit 50", session_list_options, run_session_list},
+    Command{"dir list", "", "[--local | --remote] [--limit N]",
+            "list the process directory: local processes, and records peers announced or queries taught",
+            "fedgatectl dir list\nfedgatectl dir list --remote --json", dir_list_options, run_dir_list},
+    Command{"dir show", "PID", "", "show one process's DMA address record and where it came from",
+            "fedgatectl dir show 2.7.42", pid_operand, run_dir_show},
+    Command{"resolve", "PID", "",
+            "resolve a process ID the way a compute process would (cache, directed query or broadcast)",
+            "fedgatectl resolve 2.7.42\nfedgatectl resolve 0.7.42 --json   # party 0: owner unknown",
+            pid_operand, run_resolve},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgatectl help ping",
             help_options, run_help},
 };
@@ -141,6 +156,11 @@ constexpr std::array kGroups{
           "parties send to the gateway's external address:Q to a local node. A cluster ID groups\n"
           "mappings. Changes are saved in the state directory before they are acknowledged."},
     Group{"session", "The NAT sessions that mapped traffic has opened in the data plane."},
+    Group{"dir",
+          "The process directory: compute processes registered with this gateway (local), and the\n"
+          "DMA address records of other parties' processes that their gateways announced or that\n"
+          "queries taught this gateway (remote), with brief \"not found\" entries. Process IDs are\n"
+          "PARTY.NODE.LOCAL (or 0xHEX); party 0 means the owner is unknown."},
 };
 
 // ---- text helpers ----------------------------------------------------------------------------
@@ -1091,6 +1111,109 @@ int run_session_list(const Invocation& inv) {
         inv.out << " (raise --limit to see more)";
     inv.out << "\n";
     return 0;
+}
+
+// ---- process directory and resolution ----------------------------------------------------------
+
+constexpr int kDirLimitMax = 100'000;
+constexpr const char* kDirLimitDefault = "1000";
+
+void dir_list_options(po::options_description& visible, po::options_description&,
+                      po::positional_options_description&) {
+    visible.add_options()
+        ("local", po::bool_switch(), "only processes registered with this gateway")
+        ("remote", po::bool_switch(), "only other parties' processes (announced, answered, not found)")
+        ("limit", po::value<std::string>()->default_value(kDirLimitDefault)->value_name("N"),
+         "list at most N entries, 1..100000");
+}
+
+void pid_operand(po::options_description&, po::options_description& hidden,
+                 po::positional_options_description& positional) {
+    hidden.add_options()("pid", po::value<std::string>(), "process ID");
+    positional.add("pid", 1);
+}
+
+// PARTY.NODE.LOCAL with each part in range, or 0x and 1-16 hex digits; checked here so a typo is
+// named before anything is sent.
+std::string pid_argument(const Invocation& inv, std::string_view cmd) {
+    if (!inv.vm.count("pid"))
+        throw UsageError(std::string(cmd) + ": missing PID (a process ID: PARTY.NODE.LOCAL or 0xHEX)");
+    const std::string pid = inv.vm["pid"].as<std::string>();
+    const auto parsed = parse_process_id(pid);
+    const bool ok = parsed && parsed->value != 0;
+    if (!ok)
+        throw UsageError(std::string(cmd) + ": PID must be PARTY.NODE.LOCAL (16.16.32 bits, decimal) or 0xHEX, got " +
+                         quoted(pid));
+    return pid;
+}
+
+std::string record_line(const Json& rec) {
+    return field(rec, "pid") + " epoch " + field(rec, "epoch") + " " + field(rec, "transport") + " " +
+           field(rec, "address") + " gid " + field(rec, "gid") + " qpn " + field(rec, "qpn") + " mtu " +
+           field(rec, "mtu");
+}
+
+int run_dir_list(const Invocation& inv) {
+    constexpr std::string_view cmd = "dir list";
+    const bool local = inv.vm["local"].as<bool>(), remote = inv.vm["remote"].as<bool>();
+    if (local && remote) throw UsageError(std::string(cmd) + ": --local and --remote exclude each other");
+    const std::string limit_text = inv.vm["limit"].as<std::string>();
+    const auto limit = parse_int(limit_text, 1, kDirLimitMax);
+    if (!limit)
+        throw UsageError(std::string(cmd) + ": --limit must be an integer 1..100000, got " + quoted(limit_text));
+    Json req = {{"cmd", "dir_list"}, {"which", local ? "local" : remote ? "remote" : "all"}, {"limit", *limit}};
+    Json r = call(inv, req);
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    const Json& entries = member(r, "entries");
+    if (entries.is_array() && !entries.empty()) {
+        Table t(true);
+        t.row({"key", "kind", "owner", "epoch", "transport", "address", "gid", "qpn", "mtu", "expires"});
+        for (const auto& e : entries) {
+            const Json& rec = member(e, "record");
+            const Json& exp = member(e, "expires_in_ms");
+            t.row({field(e, "key"), field(e, "kind"), field(e, "owner"), field(rec, "epoch"), field(rec, "transport"),
+                   field(rec, "address"), field(rec, "gid"), field(rec, "qpn"), field(rec, "mtu"),
+                   exp.is_number() ? seconds_text(Json(exp.get<double>() / 1000.0)) : "never"});
+        }
+        t.print(inv.out);
+    }
+    inv.out << field(r, "shown") << " shown of " << field(r, "total") << "\n";
+    return 0;
+}
+
+int run_dir_show(const Invocation& inv) {
+    Json r = call(inv, {{"cmd", "dir_show"}, {"pid", pid_argument(inv, "dir show")}});
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    Table t(false);
+    t.row({"key", field(r, "key")});
+    t.row({"kind", field(r, "kind")});
+    t.row({"owner", field(r, "owner")});
+    const Json& rec = member(r, "record");
+    if (rec.is_object())
+        for (const auto& el : rec.items()) t.row({el.key(), text(el.value())});
+    for (const char* k : {"source", "registered_ms_ago", "heartbeat_expires_in_ms", "expires_in_ms"})
+        if (r.contains(k) && !r[k].is_null()) t.row({k, text(r[k])});
+    t.print(inv.out);
+    return 0;
+}
+
+int run_resolve(const Invocation& inv) {
+    const std::string pid = pid_argument(inv, "resolve");
+    Json r = call(inv, {{"cmd", "resolve"}, {"pid", pid}});
+    const bool ok = field(r, "status") == "ok";
+    if (inv.json)
+        print_json(inv.out, r);
+    else if (ok)
+        inv.out << record_line(member(r, "record")) << " (" << field(r, "source") << ")\n";
+    else
+        inv.out << "resolve " << field(r, "target") << ": " << field(r, "status") << " (" << field(r, "source") << ")\n";
+    return ok ? 0 : 1;
 }
 
 // ---- help ------------------------------------------------------------------------------------

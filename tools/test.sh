@@ -53,13 +53,16 @@ if ((!QUICK)); then
     step "fuzz targets (clang, libFuzzer), ${FUZZ_SECONDS}s each"
     CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATE_FUZZ=ON \
         -DFEDGATE_TESTS=ON -DFEDGATE_WERROR=ON >/dev/null
-    cmake --build build-fuzz --target fuzz_packet fuzz_config fuzz_nat fuzz_make_seeds -j "$JOBS"
-    rm -rf build-fuzz/corpus-packet build-fuzz/corpus-config build-fuzz/corpus-nat build-fuzz/artifacts
-    mkdir -p build-fuzz/corpus-packet build-fuzz/corpus-config build-fuzz/corpus-nat build-fuzz/artifacts
+    cmake --build build-fuzz --target fuzz_packet fuzz_config fuzz_nat fuzz_resolve fuzz_make_seeds -j "$JOBS"
+    rm -rf build-fuzz/corpus-packet build-fuzz/corpus-config build-fuzz/corpus-nat build-fuzz/corpus-resolve \
+        build-fuzz/artifacts
+    mkdir -p build-fuzz/corpus-packet build-fuzz/corpus-config build-fuzz/corpus-nat build-fuzz/corpus-resolve \
+        build-fuzz/artifacts
     build-fuzz/tests/fuzz_make_seeds build-fuzz/corpus-packet
     build-fuzz/tests/fuzz_make_seeds build-fuzz/corpus-nat
+    build-fuzz/tests/fuzz_make_seeds build-fuzz/corpus-resolve resolve
     cp README.md build-fuzz/corpus-config/ 2>/dev/null || true
-    for t in packet config nat; do
+    for t in packet config nat resolve; do
         build-fuzz/tests/fuzz_$t -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
             -artifact_prefix=build-fuzz/artifacts/ "build-fuzz/corpus-$t" 2>&1 | tail -n 4
     done

@@ -1,0 +1,399 @@
+// The resolution service's control side: registrations, announce streams, cache writes.
+#include "controlplane/resolution.hpp"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <random>
+
+#include "dataplane/dataplane.hpp"
+
+namespace fedgate {
+namespace {
+
+uint64_t random_stream_id() {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    uint64_t v = 0;
+    while (v == 0) v = rng();
+    return v;
+}
+
+std::string gid_str(const std::array<uint8_t, 16>& gid) {
+    char buf[INET6_ADDRSTRLEN];
+    return inet_ntop(AF_INET6, gid.data(), buf, sizeof buf) != nullptr ? buf : "?";
+}
+
+template <typename T>
+T body_as(std::span<const uint8_t> body, std::size_t offset = 0) {
+    T v;
+    std::memcpy(&v, body.data() + offset, sizeof v);
+    return v;
+}
+
+}  // namespace
+
+ResolutionService::ResolutionService(const Config& cfg, ResolveCache& cache, SendUdp send, Synchronize sync)
+    : cfg_(cfg),
+      cache_(cache),
+      send_(std::move(send)),
+      sync_(std::move(sync)),
+      dir_(cfg.party_id, cfg.resolve.cache_capacity, cfg.resolve.heartbeat_timeout_ms) {
+    for (const PeerConfig& p : cfg.peers)
+        peers_.push_back(std::make_unique<Peer>(
+            Peer{p, HmacKey(p.key), AnnounceSender(cfg.resolve.announce_window, cfg.resolve.retransmit_ms), {}}));
+}
+
+void ResolutionService::start(uint64_t now_ms) {
+    std::lock_guard lock(mu_);
+    if (!cfg_.resolve.announce) return;
+    for (auto& p : peers_) restart_stream(*p, now_ms);
+}
+
+void ResolutionService::restart_stream(Peer& peer, uint64_t now_ms) {
+    if (!cfg_.resolve.announce) return;
+    peer.out.restart(random_stream_id(), dir_.records(), now_ms);
+}
+
+ResolutionService::Peer* ResolutionService::peer_by_party(uint16_t party) {
+    for (auto& p : peers_)
+        if (p->cfg.party_id == party) return p.get();
+    return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sending.
+
+void ResolutionService::send_peer(Peer& peer, MsgType type, std::span<const uint8_t> body) {
+    std::vector<uint8_t> d(sizeof(MsgHeader) + body.size() + kMacLen);
+    MsgHeader h;
+    encode(Header{type, cfg_.party_id, static_cast<uint16_t>(body.size()), seq_.next(), 1}, h);
+    std::memcpy(d.data(), &h, sizeof h);
+    std::memcpy(d.data() + sizeof h, body.data(), body.size());
+    peer.key.seal(d);
+    send_(peer.cfg.address, cfg_.resolve.port, d);
+    ++counters_.peer_msgs_sent;
+}
+
+void ResolutionService::send_ack(Peer& peer, uint64_t stream, uint64_t acked, uint8_t flags) {
+    AckBody a{};
+    store_be64(a.stream, stream);
+    store_be64(a.acked, acked);
+    a.flags = flags;
+    if ((flags & kAckReset) != 0) ++counters_.stream_resets_sent;
+    send_peer(peer, MsgType::ack, {reinterpret_cast<const uint8_t*>(&a), sizeof a});
+}
+
+void ResolutionService::reg_reply(uint32_t dst, uint16_t dst_port, uint64_t request_id, RegStatus s, ProcessId pid,
+                                  uint32_t epoch) {
+    std::vector<uint8_t> d(sizeof(MsgHeader) + sizeof(RegReplyBody));
+    MsgHeader h;
+    encode(Header{MsgType::reg_reply, 0, sizeof(RegReplyBody), request_id, 0}, h);
+    RegReplyBody b{};
+    b.status = static_cast<uint8_t>(s);
+    store_be64(b.pid, pid.value);
+    store_be32(b.epoch, epoch);
+    store_be32(b.heartbeat_ms, cfg_.resolve.heartbeat_ms);
+    std::memcpy(d.data(), &h, sizeof h);
+    std::memcpy(d.data() + sizeof h, &b, sizeof b);
+    send_(dst, dst_port, d);
+    ++counters_.reg_replies_sent;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receiving.
+
+void ResolutionService::on_message(uint32_t src, uint16_t src_port, std::span<const uint8_t> datagram,
+                                   uint64_t now_ms) {
+    std::lock_guard lock(mu_);
+    ParsedMsg m;
+    if (parse_message(datagram, m) != WireError::ok) {
+        ++counters_.malformed;  // the lcore checked it; only a bug gets here
+        return;
+    }
+    if (!is_peer_message(m.header.type)) return handle_client(src, src_port, m, now_ms);
+    Peer* peer = peer_by_party(m.header.sender_party);
+    if (peer == nullptr || peer->cfg.address != src) {
+        ++counters_.malformed;
+        return;
+    }
+    handle_peer(*peer, m, now_ms);
+}
+
+void ResolutionService::handle_client(uint32_t src, uint16_t src_port, const ParsedMsg& m, uint64_t now_ms) {
+    DirectoryChange change;
+    switch (m.header.type) {
+    case MsgType::reg: {
+        const auto rec = decode(body_as<RegisterBody>(m.body).record);
+        if (!rec) return reg_reply(src, src_port, m.header.seq, RegStatus::bad_record, {}, 0);
+        const RegStatus s = dir_.register_process(*rec, src, now_ms, &change);
+        reg_reply(src, src_port, m.header.seq, s, rec->pid, rec->epoch);
+        break;
+    }
+    case MsgType::heartbeat:
+    case MsgType::deregister: {
+        const auto ref = body_as<ProcessRefBody>(m.body);
+        const ProcessId pid{load_be64(ref.pid)};
+        const uint32_t epoch = load_be32(ref.epoch);
+        const RegStatus s = m.header.type == MsgType::heartbeat ? dir_.heartbeat(pid, epoch, src, now_ms)
+                                                                : dir_.deregister(pid, epoch, src, &change);
+        reg_reply(src, src_port, m.header.seq, s, pid, epoch);
+        break;
+    }
+    default: ++counters_.malformed; return;
+    }
+    publish(change, now_ms);
+}
+
+// A local change goes into the cache (the lcore answers from it at once) and out to every peer.
+void ResolutionService::publish(const DirectoryChange& c, uint64_t now_ms) {
+    switch (c.kind) {
+    case DirectoryChange::Kind::none: return;
+    case DirectoryChange::Kind::added:
+    case DirectoryChange::Kind::replaced:
+        if (cache_.upsert(c.record.pid, c.record, CacheKind::local, cfg_.party_id, UINT64_MAX) ==
+            ResolveCache::Upsert::full)
+            ++counters_.cache_full;
+        if (cfg_.resolve.announce)
+            for (auto& p : peers_) p->out.announce(c.record);
+        break;
+    case DirectoryChange::Kind::removed:
+        cache_.remove(c.record.pid);
+        if (cfg_.resolve.announce)
+            for (auto& p : peers_) p->out.withdraw(c.record.pid, c.record.epoch);
+        break;
+    }
+    (void)now_ms;
+}
+
+void ResolutionService::handle_peer(Peer& peer, const ParsedMsg& m, uint64_t now_ms) {
+    switch (m.header.type) {
+    case MsgType::announce:
+    case MsgType::withdraw: {
+        const auto sb = body_as<StreamBody>(m.body);
+        const uint64_t stream = load_be64(sb.stream), seq = load_be64(sb.seq);
+        const auto v = peer.in.on_message(stream, seq, sb.flags);
+        switch (v) {
+        case AnnounceReceiver::Verdict::apply_snapshot:
+            ++counters_.snapshots_received;
+            [[fallthrough]];
+        case AnnounceReceiver::Verdict::apply:
+            apply_stream(peer, m, v == AnnounceReceiver::Verdict::apply_snapshot);
+            break;
+        case AnnounceReceiver::Verdict::gap: ++counters_.stream_gaps; break;
+        case AnnounceReceiver::Verdict::duplicate: break;
+        case AnnounceReceiver::Verdict::unknown_stream: return send_ack(peer, stream, 0, kAckReset);
+        }
+        return send_ack(peer, peer.in.stream(), peer.in.applied(), 0);
+    }
+    case MsgType::ack: {
+        const auto a = body_as<AckBody>(m.body);
+        if (peer.out.on_ack(load_be64(a.stream), load_be64(a.acked), a.flags, now_ms)) restart_stream(peer, now_ms);
+        return;
+    }
+    case MsgType::sync: {
+        const auto s = body_as<SyncBody>(m.body);
+        const uint64_t stream = load_be64(s.stream);
+        switch (peer.in.on_sync(stream, load_be64(s.last_seq))) {
+        case AnnounceReceiver::Verdict::unknown_stream: return send_ack(peer, stream, 0, kAckReset);
+        case AnnounceReceiver::Verdict::gap: ++counters_.stream_gaps; [[fallthrough]];
+        default: return send_ack(peer, stream, peer.in.applied(), 0);
+        }
+    }
+    default: ++counters_.malformed; return;
+    }
+}
+
+void ResolutionService::apply_stream(Peer& peer, const ParsedMsg& m, bool snapshot) {
+    const uint16_t party = peer.cfg.party_id;
+    if (snapshot) {
+        cache_.remove_if([party](const CacheEntry& e) { return e.kind == CacheKind::announced && e.owner_party == party; });
+    }
+    const auto sb = body_as<StreamBody>(m.body);
+    const std::size_t count = load_be16(sb.count);
+    if (m.header.type == MsgType::announce) {
+        for (std::size_t i = 0; i < count; ++i) {
+            const auto rec = decode(body_as<DmaAddressWire>(m.body, sizeof(StreamBody) + i * sizeof(DmaAddressWire)));
+            // A peer speaks only for its own party's processes.
+            if (!rec || rec->pid.party() != party) {
+                ++counters_.refused_foreign_records;
+                continue;
+            }
+            const CacheEntry* old = cache_.find(rec->pid, 0);
+            if (old != nullptr && old->kind == CacheKind::local) continue;  // never trust hearsay over our own
+            if (cache_.upsert(rec->pid, *rec, CacheKind::announced, party, UINT64_MAX) == ResolveCache::Upsert::full)
+                ++counters_.cache_full;
+            else
+                ++counters_.records_applied;
+        }
+    } else {
+        for (std::size_t i = 0; i < count; ++i) {
+            const auto ref = body_as<ProcessRefBody>(m.body, sizeof(StreamBody) + i * sizeof(ProcessRefBody));
+            const ProcessId pid{load_be64(ref.pid)};
+            // The record itself, and what a party-0 query learned about it: both name the process
+            // that left (the same epoch; a newer one was announced after and stays).
+            for (const ProcessId key : {pid, pid.with_party(0)}) {
+                const CacheEntry* e = cache_.find(key, 0);
+                if (e != nullptr && e->owner_party == party && e->kind != CacheKind::local &&
+                    e->kind != CacheKind::negative && e->record.pid == pid && e->record.epoch == load_be32(ref.epoch)) {
+                    cache_.remove(key);
+                    ++counters_.records_withdrawn;
+                }
+            }
+        }
+    }
+    reclaim();
+}
+
+void ResolutionService::on_event(const ResolveEvent& ev, uint64_t now_ms) {
+    std::lock_guard lock(mu_);
+    const CacheEntry* old = cache_.find(ev.key, now_ms);
+    // Announced and local records are better than anything a query taught us.
+    if (old != nullptr && (old->kind == CacheKind::local || old->kind == CacheKind::announced)) return;
+    if (ev.negative != 0) {
+        if (cfg_.resolve.negative_ttl_ms == 0) return;
+        cache_.upsert(ev.key, DmaAddress{}, CacheKind::negative, 0, now_ms + cfg_.resolve.negative_ttl_ms);
+        ++counters_.learned_negative;
+    } else {
+        const uint64_t ttl_s = ev.record.ttl_s != 0 ? ev.record.ttl_s : cfg_.resolve.answer_ttl_s;
+        if (cache_.upsert(ev.key, ev.record, CacheKind::answered, ev.owner_party, now_ms + ttl_s * 1000) ==
+            ResolveCache::Upsert::full)
+            ++counters_.cache_full;
+        ++counters_.learned;
+    }
+    reclaim();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timers.
+
+void ResolutionService::tick(uint64_t now_ms) {
+    std::lock_guard lock(mu_);
+    for (const DmaAddress& gone : dir_.expire(now_ms)) publish({DirectoryChange::Kind::removed, gone}, now_ms);
+    for (auto& p : peers_) {
+        Peer& peer = *p;
+        peer.out.poll(now_ms, [&](MsgType type, const std::vector<uint8_t>& body) { send_peer(peer, type, body); });
+    }
+    if (now_ms >= next_sync_ms_) {
+        next_sync_ms_ = now_ms + cfg_.resolve.sync_interval_ms;
+        if (cfg_.resolve.announce) {
+            const auto records = static_cast<uint32_t>(dir_.size());
+            for (auto& p : peers_) {
+                const SyncBody b = p->out.sync_body(records);
+                send_peer(*p, MsgType::sync, {reinterpret_cast<const uint8_t*>(&b), sizeof b});
+            }
+        }
+    }
+    if (now_ms >= next_sweep_ms_) {
+        next_sweep_ms_ = now_ms + 1000;
+        counters_.expired_cache_entries +=
+            cache_.remove_if([now_ms](const CacheEntry& e) { return e.expires_ms <= now_ms; });
+    }
+    reclaim();
+}
+
+void ResolutionService::reclaim() { cache_.reclaim(sync_); }
+
+// ---------------------------------------------------------------------------------------------
+// Management.
+
+nlohmann::ordered_json ResolutionService::record_json(const DmaAddress& r) {
+    return {{"pid", format_process_id(r.pid)},
+            {"epoch", r.epoch},
+            {"transport", transport_name(r.transport)},
+            {"address", format_ipv4(r.ipv4) + ":" + std::to_string(r.port)},
+            {"gid", gid_str(r.gid)},
+            {"qpn", r.qpn},
+            {"mtu", r.mtu},
+            {"flags", r.flags},
+            {"ttl_s", r.ttl_s}};
+}
+
+namespace {
+
+nlohmann::ordered_json entry_json(const CacheEntry& e, const Config& cfg, uint64_t now_ms) {
+    nlohmann::ordered_json j;
+    j["key"] = format_process_id(e.key);
+    j["kind"] = cache_kind_name(e.kind);
+    std::string owner = std::to_string(e.owner_party);
+    if (e.owner_party == cfg.party_id) owner = cfg.party;
+    for (const PeerConfig& p : cfg.peers)
+        if (p.party_id == e.owner_party) owner = p.party;
+    j["owner"] = e.kind == CacheKind::negative ? "" : owner;
+    if (e.expires_ms == UINT64_MAX)
+        j["expires_in_ms"] = nullptr;
+    else
+        j["expires_in_ms"] = e.expires_ms > now_ms ? e.expires_ms - now_ms : 0;
+    if (e.kind != CacheKind::negative) j["record"] = ResolutionService::record_json(e.record);
+    return j;
+}
+
+}  // namespace
+
+nlohmann::ordered_json ResolutionService::dir_list(bool local, bool remote, std::size_t limit, uint64_t now_ms) const {
+    std::lock_guard lock(mu_);
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    std::size_t total = 0;
+    cache_.for_each([&](const CacheEntry& e) {
+        if (e.expires_ms <= now_ms) return true;
+        const bool is_local = e.kind == CacheKind::local;
+        if ((is_local && !local) || (!is_local && !remote)) return true;
+        ++total;
+        if (entries.size() < limit) entries.push_back(entry_json(e, cfg_, now_ms));
+        return true;
+    });
+    return {{"total", total}, {"shown", entries.size()}, {"entries", entries}};
+}
+
+nlohmann::ordered_json ResolutionService::dir_show(ProcessId pid, uint64_t now_ms) const {
+    std::lock_guard lock(mu_);
+    const CacheEntry* e = cache_.find(pid, now_ms);
+    if (e == nullptr) throw std::runtime_error("process " + format_process_id(pid) + " is not in the directory");
+    nlohmann::ordered_json j = entry_json(*e, cfg_, now_ms);
+    if (const auto p = dir_.find(pid)) {
+        j["source"] = format_ipv4(p->source);
+        j["registered_ms_ago"] = now_ms > p->registered_ms ? now_ms - p->registered_ms : 0;
+        j["heartbeat_expires_in_ms"] = p->expires_ms > now_ms ? p->expires_ms - now_ms : 0;
+    }
+    return j;
+}
+
+nlohmann::ordered_json ResolutionService::stats() const {
+    std::lock_guard lock(mu_);
+    const DirectoryCounters d = dir_.counters();
+    nlohmann::ordered_json peers = nlohmann::ordered_json::array();
+    for (const auto& p : peers_) {
+        const AnnounceSenderStats& s = p->out.stats();
+        peers.push_back({{"party", p->cfg.party},
+                         {"out_stream_acked", p->out.acked()},
+                         {"out_stream_last_seq", p->out.last_seq()},
+                         {"out_unacked", p->out.unacked() + p->out.queued()},
+                         {"out_messages", s.messages_sent},
+                         {"out_retransmits", s.retransmits},
+                         {"out_restarts", s.restarts},
+                         {"records_announced", s.records_announced},
+                         {"records_withdrawn", s.records_withdrawn},
+                         {"in_applied", p->in.applied()}});
+    }
+    const ResolutionCounters& c = counters_;
+    return {
+        {"directory",
+         {{"local", dir_.size()}, {"registered", d.registered}, {"refreshed", d.refreshed}, {"replaced", d.replaced},
+          {"deregistered", d.deregistered}, {"expired", d.expired}, {"heartbeats", d.heartbeats},
+          {"refused_wrong_party", d.refused_wrong_party}, {"refused_address", d.refused_address},
+          {"refused_unknown", d.refused_unknown}, {"refused_stale_epoch", d.refused_stale_epoch},
+          {"refused_bad_record", d.refused_bad_record}, {"refused_full", d.refused_full}}},
+        {"cache",
+         {{"entries", cache_.size()}, {"capacity", cache_.capacity()}, {"local", cache_.size(CacheKind::local)},
+          {"announced", cache_.size(CacheKind::announced)}, {"answered", cache_.size(CacheKind::answered)},
+          {"negative", cache_.size(CacheKind::negative)}, {"full", c.cache_full},
+          {"expired", c.expired_cache_entries}, {"learned", c.learned}, {"learned_negative", c.learned_negative}}},
+        {"exchange",
+         {{"peer_msgs_sent", c.peer_msgs_sent}, {"records_applied", c.records_applied},
+          {"records_withdrawn", c.records_withdrawn}, {"refused_foreign_records", c.refused_foreign_records},
+          {"snapshots_received", c.snapshots_received}, {"stream_resets_sent", c.stream_resets_sent},
+          {"stream_gaps", c.stream_gaps}, {"reg_replies_sent", c.reg_replies_sent}, {"malformed", c.malformed},
+          {"peers", peers}}},
+    };
+}
+
+}  // namespace fedgate

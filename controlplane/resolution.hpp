@@ -1,0 +1,88 @@
+// The resolution service's control side: the process directory, the announce streams to and from
+// every peer, the cache writes (local, announced, answered and negative records), and the
+// management requests dir_list, dir_show and the resolution part of stats. One control thread
+// drives it (messages the lcore punted, events it queued, a timer); management threads read.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "controlplane/announce_stream.hpp"
+#include "controlplane/config.hpp"
+#include "controlplane/directory.hpp"
+#include "dataplane/peer_auth.hpp"
+#include "dataplane/resolve_cache.hpp"
+
+namespace fedgate {
+
+struct ResolveEvent;
+
+struct ResolutionCounters {
+    uint64_t reg_replies_sent = 0, peer_msgs_sent = 0, records_applied = 0, records_withdrawn = 0,
+             refused_foreign_records = 0, snapshots_received = 0, stream_resets_sent = 0, stream_gaps = 0,
+             cache_full = 0, learned = 0, learned_negative = 0, expired_cache_entries = 0, malformed = 0;
+};
+
+class ResolutionService {
+public:
+    // Sends one UDP datagram from this gateway's resolution port to dst:dst_port (host order).
+    using SendUdp = std::function<void(uint32_t dst, uint16_t dst_port, std::span<const uint8_t> datagram)>;
+    // Waits until no lcore can still see a retired cache entry.
+    using Synchronize = std::function<void()>;
+
+    ResolutionService(const Config& cfg, ResolveCache& cache, SendUdp send, Synchronize sync);
+
+    // Starts the announce streams (each with a snapshot of the directory, empty at first).
+    void start(uint64_t now_ms);
+    // A resolution message the lcore punted (its checks passed). Addresses and ports host order.
+    void on_message(uint32_t src, uint16_t src_port, std::span<const uint8_t> datagram, uint64_t now_ms);
+    void on_event(const ResolveEvent& ev, uint64_t now_ms);
+    // Expiry, retransmission, keepalives, and freeing what the cache retired.
+    void tick(uint64_t now_ms);
+
+    nlohmann::ordered_json dir_list(bool local, bool remote, std::size_t limit, uint64_t now_ms) const;
+    nlohmann::ordered_json dir_show(ProcessId pid, uint64_t now_ms) const;
+    nlohmann::ordered_json stats() const;  // directory, streams and cache; the lcore adds its own
+
+    static nlohmann::ordered_json record_json(const DmaAddress& r);
+
+private:
+    struct Peer {
+        PeerConfig cfg;
+        HmacKey key;
+        AnnounceSender out;
+        AnnounceReceiver in;
+    };
+
+    void handle_client(uint32_t src, uint16_t src_port, const ParsedMsg& m, uint64_t now_ms);
+    void handle_peer(Peer& peer, const ParsedMsg& m, uint64_t now_ms);
+    void apply_stream(Peer& peer, const ParsedMsg& m, bool snapshot);
+    void publish(const DirectoryChange& c, uint64_t now_ms);
+    void send_peer(Peer& peer, MsgType type, std::span<const uint8_t> body);
+    void send_ack(Peer& peer, uint64_t stream, uint64_t acked, uint8_t flags);
+    void reg_reply(uint32_t dst, uint16_t dst_port, uint64_t request_id, RegStatus s, ProcessId pid, uint32_t epoch);
+    Peer* peer_by_party(uint16_t party);
+    void restart_stream(Peer& peer, uint64_t now_ms);
+    void reclaim();
+
+    const Config& cfg_;
+    ResolveCache& cache_;
+    SendUdp send_;
+    Synchronize sync_;
+    Directory dir_;
+    std::vector<std::unique_ptr<Peer>> peers_;
+    SeqClock seq_;  // our channel 1
+    uint64_t next_sync_ms_ = 0;
+    uint64_t next_sweep_ms_ = 0;
+    ResolutionCounters counters_;
+    // The driving thread holds it while it works; management threads while they read.
+    mutable std::mutex mu_;
+};
+
+}  // namespace fedgate

@@ -1,0 +1,764 @@
+// fedgate-node's commands: one table of {name, synopsis, options, handler} and the dispatcher around it.
+#include "tools/fedgate_node_cli.hpp"
+
+#include <arpa/inet.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "drivers/node_client.hpp"
+
+#ifndef FEDGATE_VERSION
+#define FEDGATE_VERSION "unknown"
+#endif
+
+namespace fedgate {
+namespace {
+
+namespace po = boost::program_options;
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::string_view kProg = "fedgate-node";
+constexpr const char* kGatewayEnv = "FEDGATE_GATEWAY";  // --gateway's default when set
+constexpr uint32_t kTimeoutMsMin = 1;
+constexpr uint32_t kTimeoutMsMax = 60'000;
+constexpr uint32_t kTriesMin = 1;
+constexpr uint32_t kTriesMax = 10;
+constexpr uint32_t kHeartbeatMsMin = 1;
+constexpr uint32_t kHeartbeatMsMax = 3'600'000;
+constexpr uint32_t kDefaultHeartbeatMs = 1000;  // when neither --heartbeat-ms nor the gateway says
+constexpr uint16_t kRoceDefaultMtu = 1024;
+constexpr std::array<uint32_t, 5> kRoceMtus{256, 512, 1024, 2048, 4096};  // the IB path MTUs
+
+// Guessing would let `--gate X` through boost while our command-word scan does not know it.
+constexpr int kParseStyle = po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
+
+// Bad command line, found before anything is sent: exit 2 with the usage.
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct Invocation {
+    const po::variables_map& vm;
+    std::ostream& out;
+    std::ostream& err;
+    int stop_fd;
+};
+
+struct Command {
+    std::string_view name;             // the word typed
+    std::string_view operands;         // positional arguments: "ID"
+    std::string_view option_synopsis;  // "--pid ID --epoch N"
+    std::string_view summary;          // one line in the command list
+    std::string_view example;          // full command lines, one per line
+    void (*options)(po::options_description& visible, po::options_description& hidden,
+                    po::positional_options_description& positional);
+    int (*run)(const Invocation&);
+};
+
+void register_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void deregister_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void resolve_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void help_options(po::options_description&, po::options_description&, po::positional_options_description&);
+int run_register(const Invocation&);
+int run_deregister(const Invocation&);
+int run_resolve(const Invocation&);
+int run_help(const Invocation&);
+
+constexpr std::array kCommands{
+    Command{"register", "",
+            "--pid ID --transport tcp|roce_v2 --listen IP:PORT [--epoch N] [--gid GID] [--qpn N] [--mtu N] "
+            "[--ttl-s N] [--heartbeat-ms N] [--once]",
+            "register this process's DMA address record, then heartbeat until SIGINT/SIGTERM and deregister",
+            "fedgate-node --gateway 198.18.1.1 register --pid 1.7.42 --transport roce_v2 "
+            "--listen 198.18.1.20:4791 --qpn 0x1234\n"
+            "fedgate-node --gateway 198.18.1.1:7410 register --pid 1.7.43 --transport tcp "
+            "--listen 198.18.1.20:50051 --once",
+            register_options, run_register},
+    Command{"deregister", "", "--pid ID --epoch N", "remove a registration (the epoch it was registered with)",
+            "fedgate-node --gateway 198.18.1.1 deregister --pid 1.7.43 --epoch 12345", deregister_options,
+            run_deregister},
+    Command{"resolve", "ID", "[--json]",
+            "ask the gateway for process ID's DMA address record (from its cache, the owner or every peer)",
+            "fedgate-node --gateway 198.18.1.1 resolve 2.3.99\n"
+            "fedgate-node --gateway 198.18.1.1 --timeout-ms 1000 resolve 0.3.99 --json",
+            resolve_options, run_resolve},
+    Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgate-node help register",
+            help_options, run_help},
+};
+
+constexpr std::string_view kGlobalSynopsis = "--gateway IP[:PORT] [--bind IP] [--timeout-ms MS] [--tries N]";
+
+// ---- text ------------------------------------------------------------------------------------
+
+std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
+
+std::vector<std::string> example_lines(const Command& c) {
+    std::vector<std::string> out;
+    std::string_view rest = c.example;
+    while (!rest.empty()) {
+        const size_t nl = rest.find('\n');
+        out.emplace_back(rest.substr(0, nl));
+        rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
+    }
+    return out;
+}
+
+std::string ipv4_text(uint32_t host_order) {
+    const in_addr a{htonl(host_order)};
+    char buf[INET_ADDRSTRLEN];
+    return ::inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+}
+
+std::string gid_text(const std::array<uint8_t, 16>& gid) {
+    char buf[INET6_ADDRSTRLEN];
+    return ::inet_ntop(AF_INET6, gid.data(), buf, sizeof buf) ? buf : "?";
+}
+
+// ---- usage and help --------------------------------------------------------------------------
+
+po::options_description global_options() {
+    po::options_description d("global options");
+    d.add_options()
+        ("gateway", po::value<std::string>()->value_name("IP[:PORT]"),
+         "the gateway's internal address and resolution port (port default 7410); default $FEDGATE_GATEWAY")
+        ("bind", po::value<std::string>()->value_name("IP"),
+         "send from this local address (the gateway checks that a registration comes from the record's "
+         "address); default: the kernel's choice")
+        ("timeout-ms", po::value<std::string>()->value_name("MS"),
+         "wait for the first reply, 1..60000 (default 300); each retry waits twice as long")
+        ("tries", po::value<std::string>()->value_name("N"), "requests sent before giving up, 1..10 (default 4)")
+        ("help,h", po::bool_switch(), "show help and exit")
+        ("version", po::bool_switch(), "show the version and exit");
+    return d;
+}
+
+std::string usage_line(const Command& c) {
+    std::string s = "usage: fedgate-node ";
+    if (c.name != "help")
+        s += std::string(kGlobalSynopsis) + " ";
+    s += c.name;
+    if (!c.operands.empty())
+        s += " " + std::string(c.operands);
+    if (!c.option_synopsis.empty())
+        s += " " + std::string(c.option_synopsis);
+    return s;
+}
+
+void print_command_list(std::ostream& out) {
+    size_t width = 0;
+    for (const auto& c : kCommands)
+        width = std::max(width, c.name.size() + (c.operands.empty() ? 0 : c.operands.size() + 1));
+    for (const auto& c : kCommands) {
+        std::string left(c.name);
+        if (!c.operands.empty())
+            left += " " + std::string(c.operands);
+        left.resize(width, ' ');
+        out << "  " << left << "  " << c.summary << "\n";
+    }
+}
+
+void print_general_usage(std::ostream& out) {
+    out << "usage: fedgate-node " << kGlobalSynopsis << " COMMAND [ARGS]\n\ncommands:\n";
+    print_command_list(out);
+    out << "\n'fedgate-node help COMMAND' shows a command's options.\n";
+}
+
+void print_id_note(std::ostream& out) {
+    out << "A process ID is PARTY.NODE.LOCAL in decimal (party 0..65535, node 0..65535, local\n"
+           "0..4294967295), such as 2.7.42, or 0x and 1-16 hex digits. Party 0 means \"owner unknown\":\n"
+           "resolve then asks every peer gateway.\n";
+}
+
+void print_help(std::ostream& out) {
+    out << "fedgate-node: register a compute process with its fedgate gateway, keep it registered, and\n"
+           "resolve other processes' DMA (RDMA/RoCE v2 or TCP) addresses through it\n\n"
+        << "usage: fedgate-node " << kGlobalSynopsis << " COMMAND [ARGS]\n\ncommands:\n";
+    print_command_list(out);
+    out << "\n" << global_options() << "\n";
+    print_id_note(out);
+    out << "\nexamples:\n";
+    for (const auto& c : kCommands)
+        for (const auto& e : example_lines(c))
+            out << "  " << e << "\n";
+    out << "\n'fedgate-node help COMMAND' shows a command's options.\n"
+        << "Exit status: 0 success; 1 the gateway refused, answered negatively or did not reply;\n"
+        << "2 bad command line (nothing was sent).\n";
+}
+
+po::options_description visible_options(const Command& c) {
+    po::options_description visible(std::string(c.name) + " options"), hidden;
+    po::positional_options_description positional;
+    if (c.options)
+        c.options(visible, hidden, positional);
+    return visible;
+}
+
+void print_command_usage(std::ostream& out, const Command& c) {
+    out << usage_line(c) << "\n";
+    auto visible = visible_options(c);
+    if (!visible.options().empty())
+        out << "\n" << visible;
+}
+
+void print_command_help(std::ostream& out, const Command& c) {
+    out << usage_line(c) << "\n\n" << c.summary << "\n";
+    po::options_description both;
+    auto visible = visible_options(c);
+    if (!visible.options().empty())
+        both.add(visible);
+    if (c.name != "help")
+        both.add(global_options());
+    if (!both.options().empty())
+        out << both;
+    if (c.name == "register")
+        out << "\nWithout --once, fedgate-node prints one line 'registered ID epoch N', then heartbeats every\n"
+               "--heartbeat-ms (default: what the gateway asks for, else 1000 ms); if the gateway has forgotten\n"
+               "the process it registers again. SIGINT or SIGTERM deregisters and exits 0.\n";
+    if (c.name != "help") {
+        out << "\n";
+        print_id_note(out);
+    }
+    const auto examples = example_lines(c);
+    out << "\n" << (examples.size() == 1 ? "example:" : "examples:") << "\n";
+    for (const auto& e : examples)
+        out << "  " << e << "\n";
+}
+
+int usage_error(std::ostream& err, const std::string& what, const Command* c) {
+    err << kProg << ": " << what << "\n";
+    if (c)
+        print_command_usage(err, *c);
+    else
+        print_general_usage(err);
+    return 2;
+}
+
+// ---- argument checks -------------------------------------------------------------------------
+
+// Digits only (no sign, spaces or fraction), within lo..hi; `hex` also takes 0x and hex digits.
+std::optional<uint64_t> parse_uint(const std::string& s, uint64_t lo, uint64_t hi, bool hex = false) {
+    std::string_view digits = s;
+    int base = 10;
+    if (hex && digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
+        digits.remove_prefix(2);
+        base = 16;
+    }
+    if (digits.empty() || digits.size() > 10)
+        return std::nullopt;
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v, base);
+    if (ec != std::errc{} || end != digits.data() + digits.size() || v < lo || v > hi)
+        return std::nullopt;
+    return v;
+}
+
+std::optional<uint32_t> parse_ipv4(const std::string& s) {  // host order; dotted quad only
+    in_addr a{};
+    if (::inet_pton(AF_INET, s.c_str(), &a) != 1)
+        return std::nullopt;
+    return ntohl(a.s_addr);
+}
+
+std::optional<std::string> opt(const Invocation& inv, const char* name) {
+    if (!inv.vm.count(name))
+        return std::nullopt;
+    return inv.vm[name].as<std::string>();
+}
+
+std::string need(const Invocation& inv, std::string_view cmd, const char* name, std::string_view what) {
+    auto v = opt(inv, name);
+    if (!v)
+        throw UsageError(std::string(cmd) + ": missing --" + name + " (" + std::string(what) + ")");
+    return *v;
+}
+
+uint64_t check_uint(std::string_view cmd, const char* option, const std::string& v, uint64_t lo, uint64_t hi,
+                    bool hex = false) {
+    auto n = parse_uint(v, lo, hi, hex);
+    if (!n)
+        throw UsageError(std::string(cmd) + ": --" + option + " must be an integer " + std::to_string(lo) + ".." +
+                         std::to_string(hi) + (hex ? " (decimal, or 0x and hex digits)" : "") + ", got " +
+                         in_quotes(v));
+    return *n;
+}
+
+// `what` names the argument in the message: "--pid" or "ID".
+ProcessId check_pid(std::string_view cmd, const std::string& what, const std::string& v) {
+    const auto id = parse_process_id(v);
+    if (!id)
+        throw UsageError(std::string(cmd) + ": " + what +
+                         " must be a process ID PARTY.NODE.LOCAL such as 2.7.42, or 0x and 1-16 hex digits, got " +
+                         in_quotes(v));
+    if (id->value == 0)
+        throw UsageError(std::string(cmd) + ": " + what + " must not be 0 (0.0.0 names no process)");
+    return *id;
+}
+
+Transport check_transport(std::string_view cmd, const std::string& v) {
+    const auto t = parse_transport(v);
+    if (!t)
+        throw UsageError(std::string(cmd) + ": --transport must be tcp or roce_v2, got " + in_quotes(v));
+    return *t;
+}
+
+struct Endpoint {
+    uint32_t ipv4 = 0;
+    uint16_t port = 0;
+};
+
+// IP:PORT; with `default_port`, a bare IP too.
+std::optional<Endpoint> parse_endpoint(const std::string& v, std::optional<uint16_t> default_port) {
+    const size_t colon = v.rfind(':');
+    if (colon == std::string::npos) {
+        const auto ip = parse_ipv4(v);
+        if (!ip || !default_port)
+            return std::nullopt;
+        return Endpoint{*ip, *default_port};
+    }
+    const auto ip = parse_ipv4(v.substr(0, colon));
+    const auto port = parse_uint(v.substr(colon + 1), 1, 65535);
+    if (!ip || !port)
+        return std::nullopt;
+    return Endpoint{*ip, static_cast<uint16_t>(*port)};
+}
+
+Endpoint check_listen(std::string_view cmd, const std::string& v) {
+    const auto e = parse_endpoint(v, std::nullopt);
+    if (!e)
+        throw UsageError(std::string(cmd) +
+                         ": --listen must be IP:PORT (port 1..65535) such as 198.18.1.20:4791, got " + in_quotes(v));
+    if (e->ipv4 == 0)
+        throw UsageError(std::string(cmd) + ": --listen needs the process's own address, not 0.0.0.0, got " +
+                         in_quotes(v));
+    return *e;
+}
+
+std::array<uint8_t, 16> check_gid(std::string_view cmd, const std::string& v) {
+    std::array<uint8_t, 16> gid{};
+    if (::inet_pton(AF_INET6, v.c_str(), gid.data()) != 1)
+        throw UsageError(std::string(cmd) + ": --gid must be a GID in IPv6 form such as fe80::1 or "
+                                            "::ffff:198.18.1.20, got " +
+                         in_quotes(v));
+    return gid;
+}
+
+// ::ffff:A.B.C.D, the GID RoCE v2 uses for an IPv4 address.
+std::array<uint8_t, 16> ipv4_mapped_gid(uint32_t ipv4) {
+    std::array<uint8_t, 16> gid{};
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    store_be32(gid.data() + 12, ipv4);
+    return gid;
+}
+
+uint32_t random_epoch() {
+    std::random_device rd;
+    return std::uniform_int_distribution<uint32_t>(1, UINT32_MAX)(rd);
+}
+
+// The client for --gateway/--bind/--timeout-ms/--tries (or $FEDGATE_GATEWAY). Bad values are usage
+// errors; a socket that cannot be set up throws std::system_error (exit 1).
+NodeClient make_client(const Invocation& inv) {
+    std::string gateway;
+    if (auto g = opt(inv, "gateway")) {
+        gateway = *g;
+    } else {
+        const char* env = std::getenv(kGatewayEnv);
+        if (!env || !*env)
+            throw UsageError("missing --gateway (the gateway's internal address, IP or IP:PORT; or set $" +
+                             std::string(kGatewayEnv) + ")");
+        gateway = env;
+    }
+    const auto gw = parse_endpoint(gateway, kDefaultResolvePort);
+    if (!gw)
+        throw UsageError("--gateway must be IP or IP:PORT (port 1..65535) such as 198.18.1.1 or 198.18.1.1:7410, "
+                         "got " +
+                         in_quotes(gateway));
+    NodeClientOptions options;
+    if (auto b = opt(inv, "bind")) {
+        const auto ip = parse_ipv4(*b);
+        if (!ip)
+            throw UsageError("--bind must be an IPv4 address such as 198.18.1.20, got " + in_quotes(*b));
+        options.bind_ipv4 = *ip;
+    }
+    if (auto t = opt(inv, "timeout-ms")) {
+        const auto ms = parse_uint(*t, kTimeoutMsMin, kTimeoutMsMax);
+        if (!ms)
+            throw UsageError("--timeout-ms must be an integer 1..60000, got " + in_quotes(*t));
+        options.timeout = std::chrono::milliseconds(*ms);
+    }
+    if (auto t = opt(inv, "tries")) {
+        const auto n = parse_uint(*t, kTriesMin, kTriesMax);
+        if (!n)
+            throw UsageError("--tries must be an integer 1..10, got " + in_quotes(*t));
+        options.tries = static_cast<int>(*n);
+    }
+    return NodeClient(gw->ipv4, gw->port, options);
+}
+
+// ---- register and deregister -----------------------------------------------------------------
+
+void register_options(po::options_description& visible, po::options_description&,
+                      po::positional_options_description&) {
+    visible.add_options()
+        ("pid", po::value<std::string>()->value_name("ID"), "this process's ID (see below)")
+        ("transport", po::value<std::string>()->value_name("tcp|roce_v2"), "how peers connect to it")
+        ("listen", po::value<std::string>()->value_name("IP:PORT"),
+         "the address and port peers connect to; the IP must be this node's own")
+        ("epoch", po::value<std::string>()->value_name("N"),
+         "0..4294967295; changes when the process restarts (default: random, non-zero)")
+        ("gid", po::value<std::string>()->value_name("GID"),
+         "RDMA GID in IPv6 form, such as fe80::1 (default ::ffff:<listen IP>, the IPv4-mapped GID)")
+        ("qpn", po::value<std::string>()->value_name("N"), "queue pair number, 0..16777215 or 0x... (default 0)")
+        ("mtu", po::value<std::string>()->value_name("N"),
+         "path MTU: roce_v2 256|512|1024|2048|4096 (default 1024); tcp 0..65535 (default 0)")
+        ("ttl-s", po::value<std::string>()->value_name("N"),
+         "seconds peer gateways may cache the record (default 0: left to the gateway)")
+        ("heartbeat-ms", po::value<std::string>()->value_name("N"),
+         "heartbeat interval, 1..3600000 (default: what the gateway asks for, else 1000)")
+        ("once", po::bool_switch(), "register, print the line and exit (no heartbeats, no deregister)");
+}
+
+void deregister_options(po::options_description& visible, po::options_description&,
+                        po::positional_options_description&) {
+    visible.add_options()
+        ("pid", po::value<std::string>()->value_name("ID"), "the registered process's ID")
+        ("epoch", po::value<std::string>()->value_name("N"), "the epoch it registered with");
+}
+
+// True when `stop_fd` becomes readable before `until`. Waits in poll(), so a signal or the pipe
+// wakes it at once.
+bool stop_before(int stop_fd, Clock::time_point until) {
+    for (;;) {
+        const auto remaining = std::max(std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()),
+                                        std::chrono::milliseconds{0});
+        pollfd p{stop_fd, POLLIN, 0};
+        const int n = ::poll(stop_fd >= 0 ? &p : nullptr, stop_fd >= 0 ? 1 : 0,
+                             static_cast<int>(std::min<int64_t>(remaining.count(), INT_MAX)));
+        if (n > 0)
+            return true;
+        if (remaining.count() == 0)
+            return false;
+    }
+}
+
+int refused(std::ostream& err, std::string_view what, RegStatus s) {
+    err << kProg << ": " << what << " refused: " << reg_status_name(s) << "\n";
+    return 1;
+}
+
+// Heartbeats until the stop fd fires, then deregisters. Registers again when the gateway has
+// forgotten the process (it restarted, or the entry timed out while we could not reach it).
+int keep_registered(const Invocation& inv, NodeClient& client, const DmaAddress& record,
+                    std::optional<uint32_t> fixed_interval_ms, uint32_t gateway_interval_ms) {
+    const std::string who = format_process_id(record.pid);
+    auto interval = [&] {
+        return std::chrono::milliseconds(fixed_interval_ms ? *fixed_interval_ms
+                                         : gateway_interval_ms ? gateway_interval_ms
+                                                               : kDefaultHeartbeatMs);
+    };
+    Clock::time_point next = Clock::now() + interval();
+    while (!stop_before(inv.stop_fd, next)) {
+        RegResult r = client.heartbeat(record.pid, record.epoch);
+        next = Clock::now() + interval();
+        if (!r.replied()) {
+            inv.err << kProg << ": heartbeat " << who << ": " << r.error << "; still trying" << std::endl;
+            continue;
+        }
+        if (r.status == RegStatus::unknown) {
+            r = client.register_process(record);
+            if (!r.replied()) {
+                inv.err << kProg << ": register " << who << ": " << r.error << "; still trying" << std::endl;
+                continue;
+            }
+            if (!r.ok())
+                return refused(inv.err, "register", *r.status);
+            inv.err << kProg << ": the gateway had forgotten " << who << "; registered again, epoch "
+                    << record.epoch << std::endl;
+        } else if (!r.ok()) {
+            return refused(inv.err, "heartbeat", *r.status);
+        }
+        if (r.heartbeat_ms != 0 && r.heartbeat_ms != gateway_interval_ms) {
+            gateway_interval_ms = std::clamp(r.heartbeat_ms, kHeartbeatMsMin, kHeartbeatMsMax);
+            next = Clock::now() + interval();
+        }
+    }
+    const RegResult r = client.deregister(record.pid, record.epoch);
+    if (!r.replied()) {
+        inv.err << kProg << ": deregister " << who << ": " << r.error << "\n";
+        return 1;
+    }
+    if (!r.ok() && r.status != RegStatus::unknown)  // unknown: already gone, which is what we wanted
+        return refused(inv.err, "deregister", *r.status);
+    return 0;
+}
+
+int run_register(const Invocation& inv) {
+    constexpr std::string_view cmd = "register";
+    DmaAddress rec;
+    rec.pid = check_pid(cmd, "--pid", need(inv, cmd, "pid", "this process's ID, such as 2.7.42"));
+    rec.transport = check_transport(cmd, need(inv, cmd, "transport", "tcp or roce_v2"));
+    const Endpoint listen =
+        check_listen(cmd, need(inv, cmd, "listen", "the IP:PORT this process accepts connections on"));
+    rec.ipv4 = listen.ipv4;
+    rec.port = listen.port;
+    const auto epoch = opt(inv, "epoch");
+    rec.epoch = epoch ? static_cast<uint32_t>(check_uint(cmd, "epoch", *epoch, 0, UINT32_MAX)) : random_epoch();
+    const auto gid = opt(inv, "gid");
+    rec.gid = gid ? check_gid(cmd, *gid) : ipv4_mapped_gid(listen.ipv4);
+    if (auto qpn = opt(inv, "qpn"))
+        rec.qpn = static_cast<uint32_t>(check_uint(cmd, "qpn", *qpn, 0, kMaxQpn, true));
+    if (auto mtu = opt(inv, "mtu")) {
+        if (rec.transport == Transport::roce_v2) {
+            const auto m = parse_uint(*mtu, 0, UINT16_MAX);
+            if (!m || std::find(kRoceMtus.begin(), kRoceMtus.end(), *m) == kRoceMtus.end())
+                throw UsageError(std::string(cmd) + ": --mtu for roce_v2 must be 256, 512, 1024, 2048 or 4096, got " +
+                                 in_quotes(*mtu));
+            rec.mtu = static_cast<uint16_t>(*m);
+        } else {
+            rec.mtu = static_cast<uint16_t>(check_uint(cmd, "mtu", *mtu, 0, UINT16_MAX));
+        }
+    } else {
+        rec.mtu = rec.transport == Transport::roce_v2 ? kRoceDefaultMtu : 0;
+    }
+    if (auto ttl = opt(inv, "ttl-s"))
+        rec.ttl_s = static_cast<uint32_t>(check_uint(cmd, "ttl-s", *ttl, 0, UINT32_MAX));
+    std::optional<uint32_t> heartbeat_ms;
+    if (auto hb = opt(inv, "heartbeat-ms"))
+        heartbeat_ms = static_cast<uint32_t>(check_uint(cmd, "heartbeat-ms", *hb, kHeartbeatMsMin, kHeartbeatMsMax));
+
+    NodeClient client = make_client(inv);
+    const RegResult r = client.register_process(rec);
+    if (!r.replied()) {
+        inv.err << kProg << ": register " << format_process_id(rec.pid) << ": " << r.error << "\n";
+        return 1;
+    }
+    if (!r.ok())
+        return refused(inv.err, "register", *r.status);
+    inv.out << "registered " << format_process_id(rec.pid) << " epoch " << rec.epoch << std::endl;
+    if (inv.vm["once"].as<bool>())
+        return 0;
+    return keep_registered(inv, client, rec, heartbeat_ms,
+                           r.heartbeat_ms ? std::clamp(r.heartbeat_ms, kHeartbeatMsMin, kHeartbeatMsMax) : 0);
+}
+
+int run_deregister(const Invocation& inv) {
+    constexpr std::string_view cmd = "deregister";
+    const ProcessId pid = check_pid(cmd, "--pid", need(inv, cmd, "pid", "the registered process's ID"));
+    const auto epoch =
+        static_cast<uint32_t>(check_uint(cmd, "epoch", need(inv, cmd, "epoch", "the epoch it registered with"), 0,
+                                         UINT32_MAX));
+    NodeClient client = make_client(inv);
+    const RegResult r = client.deregister(pid, epoch);
+    if (!r.replied()) {
+        inv.err << kProg << ": deregister " << format_process_id(pid) << ": " << r.error << "\n";
+        return 1;
+    }
+    if (!r.ok())
+        return refused(inv.err, "deregister", *r.status);
+    inv.out << "deregistered " << format_process_id(pid) << " epoch " << epoch << "\n";
+    return 0;
+}
+
+// ---- resolve ---------------------------------------------------------------------------------
+
+void resolve_options(po::options_description& visible, po::options_description& hidden,
+                     po::positional_options_description& positional) {
+    visible.add_options()("json", po::bool_switch(), "print the answer as JSON (2-space indent)");
+    hidden.add_options()("target", po::value<std::string>(), "process ID to resolve");
+    positional.add("target", 1);
+}
+
+int run_resolve(const Invocation& inv) {
+    constexpr std::string_view cmd = "resolve";
+    if (!inv.vm.count("target"))
+        throw UsageError("resolve: missing ID (the process ID to resolve, such as 2.7.42)");
+    const ProcessId target = check_pid(cmd, "ID", inv.vm["target"].as<std::string>());
+    const bool json = inv.vm["json"].as<bool>();
+    NodeClient client = make_client(inv);
+    const ResolveResult r = client.resolve(target);
+    const std::string target_text = format_process_id(target);
+    if (!r.replied()) {
+        inv.err << kProg << ": resolve " << target_text << ": " << r.error << "\n";
+        return 1;
+    }
+    if (!r.ok()) {
+        if (json)
+            inv.out << Json{{"status", resolve_status_name(*r.status)}, {"target", target_text}}.dump(2) << "\n";
+        else
+            inv.err << kProg << ": resolve " << target_text << ": " << resolve_status_name(*r.status) << "\n";
+        return 1;
+    }
+    const DmaAddress& a = r.record;
+    const std::string address = ipv4_text(a.ipv4) + ":" + std::to_string(a.port);
+    if (json) {
+        Json j = Json::object();
+        j["status"] = resolve_status_name(*r.status);
+        j["source"] = answer_source_name(r.source);
+        j["target"] = target_text;
+        j["pid"] = format_process_id(a.pid);
+        j["epoch"] = a.epoch;
+        j["transport"] = transport_name(a.transport);
+        j["address"] = address;
+        j["gid"] = gid_text(a.gid);
+        j["qpn"] = a.qpn;
+        j["mtu"] = a.mtu;
+        j["ttl_s"] = a.ttl_s;
+        inv.out << j.dump(2) << "\n";
+    } else {
+        inv.out << format_process_id(a.pid) << " epoch " << a.epoch << " " << transport_name(a.transport) << " "
+                << address << " gid " << gid_text(a.gid) << " qpn " << a.qpn << " mtu " << a.mtu << " source "
+                << answer_source_name(r.source) << "\n";
+    }
+    return 0;
+}
+
+// ---- help ------------------------------------------------------------------------------------
+
+void help_options(po::options_description&, po::options_description& hidden,
+                  po::positional_options_description& positional) {
+    hidden.add_options()("topic", po::value<std::string>(), "command to explain");
+    positional.add("topic", 1);
+}
+
+int run_help(const Invocation& inv) {
+    if (!inv.vm.count("topic")) {
+        print_help(inv.out);
+        return 0;
+    }
+    const std::string topic = inv.vm["topic"].as<std::string>();
+    for (const auto& c : kCommands)
+        if (c.name == topic) {
+            print_command_help(inv.out, c);
+            return 0;
+        }
+    throw UsageError("help: unknown command " + in_quotes(topic));
+}
+
+// ---- dispatch --------------------------------------------------------------------------------
+
+// Index of the first argument that is not a global option (or its value): where the command starts.
+size_t skip_global_options(const std::vector<std::string>& args) {
+    constexpr std::array kWithValue{"--gateway", "--bind", "--timeout-ms", "--tries"};
+    size_t i = 0;
+    while (i < args.size()) {
+        const std::string& a = args[i];
+        const bool with_value = std::find(kWithValue.begin(), kWithValue.end(), a) != kWithValue.end();
+        const bool joined = std::any_of(kWithValue.begin(), kWithValue.end(),
+                                        [&](const char* o) { return a.starts_with(std::string(o) + "="); });
+        if (with_value)
+            i += 2;
+        else if (joined || a == "--help" || a == "-h" || a == "--version")
+            i += 1;
+        else
+            break;
+    }
+    return i;
+}
+
+void print_version(std::ostream& out) { out << kProg << " " << FEDGATE_VERSION << "\n"; }
+
+int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err, int stop_fd) {
+    const size_t at = skip_global_options(args);
+    if (at >= args.size() || args[at].starts_with("-")) {
+        po::variables_map vm;
+        try {
+            po::store(po::command_line_parser(args)
+                          .options(global_options())
+                          .positional(po::positional_options_description{})
+                          .style(kParseStyle)
+                          .run(),
+                      vm);
+            po::notify(vm);
+        } catch (const po::error& e) {
+            return usage_error(err, e.what(), nullptr);
+        }
+        if (vm["help"].as<bool>()) {
+            print_help(out);
+            return 0;
+        }
+        if (vm["version"].as<bool>()) {
+            print_version(out);
+            return 0;
+        }
+        return usage_error(err, "no command given", nullptr);
+    }
+
+    const auto found = std::find_if(kCommands.begin(), kCommands.end(),
+                                    [&](const Command& c) { return c.name == args[at]; });
+    if (found == kCommands.end())
+        return usage_error(err, "unknown command " + in_quotes(args[at]), nullptr);
+    const Command* cmd = &*found;
+    args.erase(args.begin() + static_cast<long>(at));
+
+    po::options_description visible(std::string(cmd->name) + " options"), hidden;
+    po::positional_options_description positional;
+    if (cmd->options)
+        cmd->options(visible, hidden, positional);
+    hidden.add_options()("unexpected", po::value<std::vector<std::string>>(), "");
+    positional.add("unexpected", -1);
+    po::options_description all;
+    all.add(global_options()).add(visible).add(hidden);
+
+    po::variables_map vm;
+    try {
+        po::store(po::command_line_parser(args).options(all).positional(positional).style(kParseStyle).run(), vm);
+        po::notify(vm);
+    } catch (const po::error& e) {
+        return usage_error(err, std::string(cmd->name) + ": " + e.what(), cmd);
+    }
+    if (vm.count("unexpected"))
+        return usage_error(err,
+                           std::string(cmd->name) + ": unexpected argument " +
+                               in_quotes(vm["unexpected"].as<std::vector<std::string>>().front()),
+                           cmd);
+    if (vm["help"].as<bool>()) {
+        print_command_help(out, *cmd);
+        return 0;
+    }
+    if (vm["version"].as<bool>()) {
+        print_version(out);
+        return 0;
+    }
+
+    const Invocation inv{vm, out, err, stop_fd};
+    try {
+        return cmd->run(inv);
+    } catch (const UsageError& e) {
+        return usage_error(err, e.what(), cmd);
+    }
+}
+
+}  // namespace
+
+int run_fedgate_node(int argc, char** argv, std::ostream& out, std::ostream& err, int stop_fd) {
+    std::vector<std::string> args;
+    for (int i = 1; i < argc; ++i)
+        args.emplace_back(argv[i]);
+    try {
+        return dispatch(std::move(args), out, err, stop_fd);
+    } catch (const std::exception& e) {  // the socket could not be set up, or worse
+        err << kProg << ": " << e.what() << "\n";
+        return 1;
+    }
+}
+
+}  // namespace fedgate
