@@ -577,6 +577,8 @@ nlohmann::ordered_json Gateway::resolution_stats() const {
                         {"peer_queries_found", c.queries_answered_found.get()},
                         {"peer_queries_not_here", c.queries_answered_no.get()},
                         {"client_msgs", d.client_msgs.get()},
+                        {"punted_registrations", d.punted_registrations.get()},
+                        {"punted_peer_msgs", d.punted_peer_msgs.get()},
                         {"peer_msgs", d.peer_msgs.get()},
                         {"replies_sent", d.replies_sent.get()},
                         {"queries_sent", d.queries_sent.get()},

@@ -46,7 +46,7 @@ step "dependencies"
 "$ROOT/tools/deps.sh"
 step "build ($LAB_BUILD)"
 cmake -S "$ROOT" -B "$LAB_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$LAB_BUILD" --target fedgated fedgatectl
+cmake --build "$LAB_BUILD" --target fedgated fedgatectl fedgate-node
 
 # shellcheck source=tools/lab.sh
 source "$ROOT/tools/lab.sh"
@@ -87,6 +87,32 @@ lab_ctl a session list
 echo
 lab_ctl b session list
 rm -rf "$WWW"
+
+step "address resolution: a process on node b registers as 2.7.42; a process on node a resolves it"
+NODE=$LAB_BUILD/tools/fedgate-node
+REG_OUT=$(mktemp)
+# `ip netns exec` execs fedgate-node, so the PID is the process: SIGTERM makes it deregister.
+ip netns exec "$NS_B_NODE" "$NODE" --gateway "$B_IN_IP" register --pid 2.7.42 --transport tcp \
+    --listen "$B_NODE_IP:5000" >"$REG_OUT" 2>&1 &
+REG_PID=$!
+lab_wait "node b's process to register" grep -q '^registered' "$REG_OUT"
+echo "\$ fedgate-node --gateway $B_IN_IP register --pid 2.7.42 --transport tcp --listen $B_NODE_IP:5000   (in node b)"
+cat "$REG_OUT"
+announced() { lab_ctl a dir show 2.7.42; }
+lab_wait "gateway B's announce to reach A" announced
+echo "\$ fedgate-node --gateway $A_IN_IP resolve 2.7.42   (in node a: B announced it, A answers from its cache)"
+ip netns exec "$NS_A_NODE" "$NODE" --gateway "$A_IN_IP" resolve 2.7.42
+echo "\$ fedgate-node --gateway $A_IN_IP resolve 0.7.42   (in node a: owner unknown, so A broadcasts)"
+ip netns exec "$NS_A_NODE" "$NODE" --gateway "$A_IN_IP" resolve 0.7.42
+echo "\$ fedgate-node --gateway $A_IN_IP resolve 2.7.99   (nobody holds it)"
+ip netns exec "$NS_A_NODE" "$NODE" --gateway "$A_IN_IP" resolve 2.7.99 || true
+echo
+lab_ctl b dir list
+echo
+lab_ctl a dir list
+kill -TERM "$REG_PID"
+wait "$REG_PID" || true
+rm -f "$REG_OUT"
 
 step "gateway A stats"
 lab_ctl a stats

@@ -306,7 +306,7 @@ TEST(ConfigErrors, RelativeStateDir) {
 
 TEST(ConfigErrors, UnknownKeyAtTopLevel) {
     const std::string text = replaced(kGood, "# fedgate test configuration\n", "# fedgate test configuration\ncolour = \"blue\"\n");
-    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, nat, port, peer, import, export)", 2));
+    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, nat, resolve, port, peer, import, export)", 2));
 }
 
 TEST(ConfigErrors, UnknownKeyInGateway) {
@@ -1113,3 +1113,96 @@ TEST(Ipv4, RejectsBadCidr) {
 }
 
 }  // namespace
+
+// ---- [resolve] ----
+
+namespace {
+const std::string kResolve = R"([resolve]
+port = 7411
+announce = false
+cache_capacity = 4096
+pending_queries = 64
+query_timeout_ms = 500
+negative_ttl_ms = 100
+answer_ttl_s = 30
+heartbeat_ms = 200
+heartbeat_timeout_ms = 900
+broadcast_rate = 10
+broadcast_burst = 5
+requester_broadcast_rate = 2
+requester_broadcast_burst = 3
+sync_interval_ms = 700
+max_clock_skew_ms = 5000
+announce_window = 16
+retransmit_ms = 50
+)";
+}  // namespace
+
+TEST(Config, ResolveTableParsesEveryValue) {
+    const fedgate::Config c = parse_config(kGood + "\n" + kResolve, "test.toml");
+    const fedgate::ResolveSettings& r = c.resolve;
+    EXPECT_EQ(r.port, 7411);
+    EXPECT_FALSE(r.announce);
+    EXPECT_EQ(r.cache_capacity, 4096u);
+    EXPECT_EQ(r.pending_queries, 64u);
+    EXPECT_EQ(r.query_timeout_ms, 500u);
+    EXPECT_EQ(r.negative_ttl_ms, 100u);
+    EXPECT_EQ(r.answer_ttl_s, 30u);
+    EXPECT_EQ(r.heartbeat_ms, 200u);
+    EXPECT_EQ(r.heartbeat_timeout_ms, 900u);
+    EXPECT_EQ(r.broadcast_rate, 10u);
+    EXPECT_EQ(r.broadcast_burst, 5u);
+    EXPECT_EQ(r.requester_broadcast_rate, 2u);
+    EXPECT_EQ(r.requester_broadcast_burst, 3u);
+    EXPECT_EQ(r.sync_interval_ms, 700u);
+    EXPECT_EQ(r.max_clock_skew_ms, 5000u);
+    EXPECT_EQ(r.announce_window, 16u);
+    EXPECT_EQ(r.retransmit_ms, 50u);
+}
+
+TEST(Config, ResolveDefaultsWhenTheTableIsAbsent) {
+    const fedgate::Config c = parse_config(kGood, "test.toml");
+    EXPECT_EQ(c.resolve.port, fedgate::kDefaultResolvePortCfg);
+    EXPECT_TRUE(c.resolve.announce);
+    EXPECT_EQ(c.resolve.heartbeat_timeout_ms, fedgate::kDefaultHeartbeatTimeoutMs);
+}
+
+TEST(ConfigErrors, ResolveAnnounceMustBeABoolean) {
+    const std::string text = kGood + "\n" + replaced(kResolve, "announce = false", "announce = \"no\"");
+    EXPECT_TRUE(rejects(text, "resolve.announce", "must be true or false", line_of(text, "announce = \"no\"")));
+}
+
+TEST(ConfigErrors, ResolveUnknownKeyIsNamed) {
+    const std::string text = kGood + "\n" + replaced(kResolve, "answer_ttl_s", "answer_tll_s");
+    EXPECT_TRUE(rejects(text, "resolve.answer_tll_s",
+                        "unknown key (known here: port, announce, cache_capacity, pending_queries, query_timeout_ms, "
+                        "negative_ttl_ms, answer_ttl_s, heartbeat_ms, heartbeat_timeout_ms, broadcast_rate, "
+                        "broadcast_burst, requester_broadcast_rate, requester_broadcast_burst, sync_interval_ms, "
+                        "max_clock_skew_ms, announce_window, retransmit_ms)",
+                        line_of(text, "answer_tll_s")));
+}
+
+TEST(ConfigErrors, HeartbeatTimeoutMustExceedTheHeartbeat) {
+    const std::string text = kGood + "\n" + replaced(kResolve, "heartbeat_timeout_ms = 900", "heartbeat_timeout_ms = 200");
+    EXPECT_TRUE(rejects(text, "resolve.heartbeat_timeout_ms", "must be above heartbeat_ms (200)",
+                        line_of(text, "heartbeat_timeout_ms = 200")));
+}
+
+TEST(ConfigErrors, ResolvePortInsideTheNatPortRange) {
+    const std::string text = kGood + "\n" + replaced(kResolve, "port = 7411", "port = 30000");
+    EXPECT_TRUE(rejects(text, "resolve.port",
+                        "30000 lies inside nat.port_range 20000-59999, which session ports come from",
+                        line_of(text, "port = 30000")));
+}
+
+TEST(ConfigErrors, UdpMappingOnTheResolvePortIsRefused) {
+    const std::string text = kGood + "\n" + R"([[import]]
+cluster = "c1"
+proto = "udp"
+port = 7410
+peer = "beta"
+peer_port = 9000
+)";
+    EXPECT_TRUE(rejects(text, "import[0].port", "udp 7410 is the resolution service's port ([resolve] port)",
+                        line_of(text, "port = 7410")));
+}

@@ -55,6 +55,25 @@ TEST(Docs, ReadmeExampleConfigLoadsAndShowsTheRealDefaults) {
     EXPECT_EQ(c.nat.tcp_transitory_s, n.tcp_transitory_s);
     EXPECT_EQ(c.nat.tcp_closing_s, n.tcp_closing_s);
     EXPECT_EQ(c.nat.udp_s, n.udp_s);
+    // And [resolve].
+    const ResolveSettings r;
+    EXPECT_EQ(c.resolve.port, r.port);
+    EXPECT_EQ(c.resolve.announce, r.announce);
+    EXPECT_EQ(c.resolve.cache_capacity, r.cache_capacity);
+    EXPECT_EQ(c.resolve.pending_queries, r.pending_queries);
+    EXPECT_EQ(c.resolve.query_timeout_ms, r.query_timeout_ms);
+    EXPECT_EQ(c.resolve.negative_ttl_ms, r.negative_ttl_ms);
+    EXPECT_EQ(c.resolve.answer_ttl_s, r.answer_ttl_s);
+    EXPECT_EQ(c.resolve.heartbeat_ms, r.heartbeat_ms);
+    EXPECT_EQ(c.resolve.heartbeat_timeout_ms, r.heartbeat_timeout_ms);
+    EXPECT_EQ(c.resolve.broadcast_rate, r.broadcast_rate);
+    EXPECT_EQ(c.resolve.broadcast_burst, r.broadcast_burst);
+    EXPECT_EQ(c.resolve.requester_broadcast_rate, r.requester_broadcast_rate);
+    EXPECT_EQ(c.resolve.requester_broadcast_burst, r.requester_broadcast_burst);
+    EXPECT_EQ(c.resolve.sync_interval_ms, r.sync_interval_ms);
+    EXPECT_EQ(c.resolve.max_clock_skew_ms, r.max_clock_skew_ms);
+    EXPECT_EQ(c.resolve.announce_window, r.announce_window);
+    EXPECT_EQ(c.resolve.retransmit_ms, r.retransmit_ms);
     EXPECT_EQ(c.imports.size(), 1u);
     EXPECT_EQ(c.exports.size(), 1u);
 }
