@@ -902,3 +902,84 @@ TEST(FedgatectlHelp, SessionListHelpShowsLimitDefault) {
 }
 
 }  // namespace
+
+// ---- process directory and resolution ---------------------------------------------------------
+
+namespace {
+
+constexpr const char* kDirListReply = R"({"ok":true,"result":{"total":2,"shown":2,"entries":[
+{"key":"2.7.42","kind":"announced","owner":"beta","expires_in_ms":null,
+ "record":{"pid":"2.7.42","epoch":4242,"transport":"tcp","address":"198.18.2.10:5000","gid":"::ffff:198.18.2.10",
+ "qpn":0,"mtu":0,"flags":0,"ttl_s":0}},
+{"key":"2.7.99","kind":"negative","owner":"","expires_in_ms":1500}]}})";
+
+constexpr const char* kResolveReply = R"({"ok":true,"result":{"target":"0.7.42","status":"ok","source":"broadcast",
+"record":{"pid":"2.7.42","epoch":4242,"transport":"roce_v2","address":"198.18.2.10:4791","gid":"::ffff:198.18.2.10",
+"qpn":4660,"mtu":4096,"flags":0,"ttl_s":60}}})";
+
+}  // namespace
+
+TEST(FedgatectlDir, ListSendsWhichAndLimit) {
+    EXPECT_EQ(exchange(kDirListReply, {"dir", "list"}).request, "{\"cmd\":\"dir_list\",\"which\":\"all\",\"limit\":1000}\n");
+    EXPECT_EQ(exchange(kDirListReply, {"dir", "list", "--local"}).request,
+              "{\"cmd\":\"dir_list\",\"which\":\"local\",\"limit\":1000}\n");
+    EXPECT_EQ(exchange(kDirListReply, {"dir", "list", "--remote", "--limit", "5"}).request,
+              "{\"cmd\":\"dir_list\",\"which\":\"remote\",\"limit\":5}\n");
+}
+
+TEST(FedgatectlDir, ListPrintsOneAlignedRowPerEntry) {
+    Exchange x = exchange(kDirListReply, {"dir", "list"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out,
+              "key     kind       owner  epoch  transport  address           gid                 qpn  mtu  expires\n"
+              "2.7.42  announced  beta    4242  tcp        198.18.2.10:5000  ::ffff:198.18.2.10    0    0  never\n"
+              "2.7.99  negative              -  -          -                 -                     -    -  1.5s\n"
+              "2 shown of 2\n");
+}
+
+TEST(FedgatectlDir, LocalAndRemoteExcludeEachOther) {
+    FakeDaemon daemon;
+    CtlResult r = ctl({"--socket", daemon.path(), "dir", "list", "--local", "--remote"});
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("--local and --remote exclude each other"), std::string::npos) << r.err;
+    EXPECT_FALSE(daemon.has_pending_connection());
+}
+
+TEST(FedgatectlDir, BadPidExitsTwoNamingItBeforeConnecting) {
+    for (const char* bad : {"1.2", "65536.1.1", "x", "0x", "1.2.3.4"}) {
+        FakeDaemon daemon;
+        CtlResult r = ctl({"--socket", daemon.path(), "dir", "show", bad});
+        EXPECT_EQ(r.status, 2) << bad;
+        EXPECT_NE(r.err.find("dir show: PID must be PARTY.NODE.LOCAL"), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find(std::string("'") + bad + "'"), std::string::npos) << r.err;
+        EXPECT_FALSE(daemon.has_pending_connection());
+    }
+    FakeDaemon daemon;
+    CtlResult r = ctl({"--socket", daemon.path(), "resolve"});
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("resolve: missing PID"), std::string::npos) << r.err;
+}
+
+TEST(FedgatectlDir, ShowSendsThePid) {
+    Exchange x = exchange(ok(R"({"key":"2.7.42","kind":"local","owner":"beta","expires_in_ms":null,
+        "record":{"pid":"2.7.42","epoch":1,"transport":"tcp","address":"198.18.2.10:5000","gid":"::","qpn":0,"mtu":0,
+        "flags":0,"ttl_s":0},"source":"198.18.2.10","registered_ms_ago":10,"heartbeat_expires_in_ms":4990})"),
+                          {"dir", "show", "0x000200070000002a"});
+    EXPECT_EQ(x.request, "{\"cmd\":\"dir_show\",\"pid\":\"0x000200070000002a\"}\n");
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_NE(x.r.out.find("heartbeat_expires_in_ms  4990"), std::string::npos) << x.r.out;
+}
+
+TEST(FedgatectlResolve, PrintsTheRecordAndItsSource) {
+    Exchange x = exchange(kResolveReply, {"resolve", "0.7.42"});
+    EXPECT_EQ(x.request, "{\"cmd\":\"resolve\",\"pid\":\"0.7.42\"}\n");
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, "2.7.42 epoch 4242 roce_v2 198.18.2.10:4791 gid ::ffff:198.18.2.10 qpn 4660 mtu 4096 (broadcast)\n");
+}
+
+TEST(FedgatectlResolve, NotFoundExitsOneNamingTheStatus) {
+    Exchange x = exchange(ok(R"({"target":"2.7.99","status":"not_found","source":"negative_cache"})"),
+                          {"resolve", "2.7.99"});
+    EXPECT_EQ(x.r.status, 1);
+    EXPECT_EQ(x.r.out, "resolve 2.7.99: not_found (negative_cache)\n");
+}
