@@ -122,8 +122,14 @@ SyncBody AnnounceSender::sync_body(uint32_t records) const {
 }
 
 AnnounceReceiver::Verdict AnnounceReceiver::on_message(uint64_t stream, uint64_t seq, uint8_t flags) {
+    if (stream == 0) return Verdict::unknown_stream;  // no sender uses 0: it means "none yet"
     if (stream != stream_) {
-        if (seq == 1 && (flags & kStreamSnapshot) != 0 && stream != 0) {
+        if (std::find(left_.begin(), left_.end(), stream) != left_.end()) return Verdict::duplicate;
+        if (seq == 1 && (flags & kStreamSnapshot) != 0) {
+            if (stream_ != 0) {
+                left_[next_left_] = stream_;
+                next_left_ = (next_left_ + 1) % left_.size();
+            }
             stream_ = stream;
             applied_ = 1;
             return Verdict::apply_snapshot;

@@ -5,6 +5,7 @@
 // we then start a new stream with a fresh snapshot. Pure: time is passed in, bytes go to a callback.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -84,6 +85,10 @@ public:
 private:
     uint64_t stream_ = 0;
     uint64_t applied_ = 0;
+    // Streams the sender has moved on from: a late copy of one of their snapshots must not take
+    // the receiver back.
+    std::array<uint64_t, 4> left_{};
+    std::size_t next_left_ = 0;
 };
 
 const char* receiver_verdict_name(AnnounceReceiver::Verdict v);

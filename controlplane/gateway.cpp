@@ -314,22 +314,9 @@ void Gateway::send_udp(uint32_t dst, uint16_t dst_port, std::span<const uint8_t>
         return;
     }
     auto* ip = reinterpret_cast<rte_ipv4_hdr*>(data);
-    std::memset(ip, 0, sizeof *ip);
-    ip->version_ihl = RTE_IPV4_VHL_DEF;
-    ip->total_length = rte_cpu_to_be_16(ip_len);
-    ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
-    ip->time_to_live = 64;
-    ip->next_proto_id = kIpProtoUdp;
-    ip->src_addr = dp_ports_[out].addr;
-    ip->dst_addr = rte_cpu_to_be_32(dst);
-    ip->hdr_checksum = rte_ipv4_cksum(ip);
-    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
-    udp->src_port = rte_cpu_to_be_16(cfg_.resolve.port);
-    udp->dst_port = rte_cpu_to_be_16(dst_port);
-    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + d.size()));
-    udp->dgram_cksum = 0;
-    std::memcpy(udp + 1, d.data(), d.size());
-    udp->dgram_cksum = rte_ipv4_udptcp_cksum(ip, udp);
+    std::memcpy(data + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr), d.data(), d.size());
+    Dataplane::write_udp_ipv4(ip, dp_ports_[out].addr, rte_cpu_to_be_32(dst), rte_cpu_to_be_16(cfg_.resolve.port),
+                              rte_cpu_to_be_16(dst_port), static_cast<uint16_t>(d.size()));
     if (rte_ring_mp_enqueue(inject_, m) != 0) rte_pktmbuf_free(m);
 }
 

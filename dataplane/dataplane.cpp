@@ -517,13 +517,15 @@ void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) 
     case MsgType::heartbeat:
     case MsgType::deregister:
         // The directory lives with the control threads; they check and answer.
-        if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0)
-            return drop(m, in, DropReason::punt_ring_full);
-        counters_.punted.add();
-        resolve_counters_.punted_registrations.add();
-        return;
+        return punt(m, in, resolve_counters_.punted_registrations);
     default: return drop(m, in, DropReason::resolve_unexpected);
     }
+}
+
+void Dataplane::punt(rte_mbuf* m, uint16_t in, Counter& kind) {
+    if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0) return drop(m, in, DropReason::punt_ring_full);
+    counters_.punted.add();
+    kind.add();
 }
 
 void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket& p, const ParsedMsg& msg) {
@@ -579,12 +581,7 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
     case MsgType::announce:
     case MsgType::withdraw:
     case MsgType::ack:
-    case MsgType::sync:
-        if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0)
-            return drop(m, in, DropReason::punt_ring_full);
-        counters_.punted.add();
-        resolve_counters_.punted_peer_msgs.add();
-        return;
+    case MsgType::sync: return punt(m, in, resolve_counters_.punted_peer_msgs);
     default: return drop(m, in, DropReason::resolve_unexpected);
     }
 }
@@ -603,22 +600,7 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
 
     reinterpret_cast<rte_ether_hdr*>(data)->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
     auto* ip = reinterpret_cast<rte_ipv4_hdr*>(data + sizeof(rte_ether_hdr));
-    std::memset(ip, 0, sizeof *ip);
-    ip->version_ihl = RTE_IPV4_VHL_DEF;
-    ip->total_length = rte_cpu_to_be_16(ip_len);
-    ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
-    ip->time_to_live = kDefaultTtl;
-    ip->next_proto_id = kIpProtoUdp;
-    ip->src_addr = ports_[out].cfg.addr;
-    ip->dst_addr = dst;
-    ip->hdr_checksum = rte_ipv4_cksum(ip);
-    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
-    udp->src_port = resolve_port_be_;
-    udp->dst_port = dst_port;
-    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + msg_len));
-    udp->dgram_cksum = 0;
-
-    auto* msg = reinterpret_cast<uint8_t*>(udp + 1);
+    auto* msg = reinterpret_cast<uint8_t*>(ip) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);
     const Header h{type, peer >= 0 ? resolve_cfg_.resolver.party_id : uint16_t{0}, body_len,
                    peer >= 0 ? seq_.next() : seq_or_id, 0};
     MsgHeader wh;
@@ -626,8 +608,28 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
     std::memcpy(msg, &wh, sizeof wh);
     std::memcpy(msg + sizeof wh, body, body_len);
     if (peer >= 0) peers_[peer].key.seal(std::span<uint8_t>(msg, msg_len));
-    udp->dgram_cksum = rte_ipv4_udptcp_cksum(ip, udp);
+    write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
     send_ipv4(m, static_cast<uint16_t>(out), nh);
+}
+
+void Dataplane::write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
+                               uint16_t payload_len) {
+    const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + payload_len);
+    std::memset(ip, 0, sizeof *ip);
+    ip->version_ihl = RTE_IPV4_VHL_DEF;
+    ip->total_length = rte_cpu_to_be_16(ip_len);
+    ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
+    ip->time_to_live = kDefaultTtl;
+    ip->next_proto_id = kIpProtoUdp;
+    ip->src_addr = src;
+    ip->dst_addr = dst;
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
+    udp->src_port = sport;
+    udp->dst_port = dport;
+    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + payload_len));
+    udp->dgram_cksum = 0;
+    udp->dgram_cksum = rte_ipv4_udptcp_cksum(ip, udp);
 }
 
 void Dataplane::reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,

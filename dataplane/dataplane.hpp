@@ -18,6 +18,7 @@
 #include "dataplane/peer_auth.hpp"
 #include "dataplane/resolver.hpp"
 
+struct rte_ipv4_hdr;
 struct rte_mbuf;
 struct rte_mempool;
 struct rte_ring;
@@ -153,6 +154,10 @@ public:
     const Resolver* resolver() const { return resolver_.get(); }
     const ResolveDpCounters& resolve_counters() const { return resolve_counters_; }
 
+    // Fills in the IPv4 and UDP headers (checksums included) in front of a payload of `len` bytes
+    // that is already in place after them. Addresses and ports network order. Any thread.
+    static void write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
+                               uint16_t len);
     // Which port and next hop reach `dst` (network order); -1 if none. Pure; any thread.
     static int route(const std::vector<DpPortConfig>& ports, uint32_t dst, uint32_t* next_hop);
 
@@ -173,6 +178,7 @@ private:
     void handle_inject(rte_mbuf* m);
     void handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket& p, const ParsedMsg& msg);
+    void punt(rte_mbuf* m, uint16_t in, Counter& kind);  // to the control threads, counted also as `kind`
     // Builds and routes one resolution datagram from our address on the way to `dst` (network order).
     // A peer message (peer >= 0) is stamped with our channel-0 seq and sealed with the peer's key.
     void send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,

@@ -89,6 +89,14 @@ void Resolver::request(const Requester& r, ProcessId target, uint64_t now_ms) {
         return io_.reply(r, target, ResolveStatus::ok,
                          e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache, &e->record);
     }
+    // Owner unknown, but perhaps it is one of ours: the local directory answers before any peer.
+    if (target.party() == 0) {
+        if (const CacheEntry* e = cache_.find(target.with_party(cfg_.party_id), now_ms);
+            e != nullptr && e->kind == CacheKind::local) {
+            counters_.hits.add();
+            return io_.reply(r, target, ResolveStatus::ok, AnswerSource::local, &e->record);
+        }
+    }
     counters_.misses.add();
 
     // Our own party's processes are all in the cache: a miss there is final.
