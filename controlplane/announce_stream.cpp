@@ -104,7 +104,9 @@ void AnnounceSender::poll(uint64_t now_ms, const Send& send) {
 
 bool AnnounceSender::on_ack(uint64_t stream, uint64_t acked, uint8_t flags, uint64_t now_ms) {
     if (stream != stream_ || stream_ == 0) return false;  // about a stream we already left
-    if ((flags & kAckReset) != 0) return true;
+    // Before anything is acknowledged the snapshot's first message is being resent anyway: a peer
+    // that missed it and saw a later one will adopt the stream when it arrives.
+    if ((flags & kAckReset) != 0) return acked_ != 0;
     if (acked <= acked_ || acked > sent_upto_) return false;
     while (!msgs_.empty() && msgs_.front().seq <= acked) msgs_.pop_front();
     acked_ = acked;

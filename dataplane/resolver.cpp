@@ -80,6 +80,15 @@ void Resolver::request(const Requester& r, ProcessId target, uint64_t now_ms) {
         counters_.bad_requests.add();
         return io_.reply(r, target, ResolveStatus::bad_request, AnswerSource::cache, nullptr);
     }
+    // Owner unknown, but perhaps it is one of ours: the local directory answers before any peer, and
+    // before anything cached under the party-0 ID itself (a stale "not found", another party's answer).
+    if (target.party() == 0) {
+        if (const CacheEntry* e = cache_.find(target.with_party(cfg_.party_id), now_ms);
+            e != nullptr && e->kind == CacheKind::local) {
+            counters_.hits.add();
+            return io_.reply(r, target, ResolveStatus::ok, AnswerSource::local, &e->record);
+        }
+    }
     if (const CacheEntry* e = cache_.find(target, now_ms); e != nullptr) {
         if (e->kind == CacheKind::negative) {
             counters_.negative_hits.add();
@@ -88,14 +97,6 @@ void Resolver::request(const Requester& r, ProcessId target, uint64_t now_ms) {
         counters_.hits.add();
         return io_.reply(r, target, ResolveStatus::ok,
                          e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache, &e->record);
-    }
-    // Owner unknown, but perhaps it is one of ours: the local directory answers before any peer.
-    if (target.party() == 0) {
-        if (const CacheEntry* e = cache_.find(target.with_party(cfg_.party_id), now_ms);
-            e != nullptr && e->kind == CacheKind::local) {
-            counters_.hits.add();
-            return io_.reply(r, target, ResolveStatus::ok, AnswerSource::local, &e->record);
-        }
     }
     counters_.misses.add();
 
@@ -160,38 +161,45 @@ void Resolver::broadcast(Pending& p, uint64_t now_ms) {
     p.said_no = 0;
     p.deadline_ms = now_ms + cfg_.query_timeout_ms;
     counters_.broadcast.add();
+    // Always the party-0 form: a peer answers for its own processes only, so after the owner said
+    // "not here" the question worth asking everyone is "who runs this node's local process?".
     for (std::size_t i = 0; i < cfg_.peer_parties.size(); ++i)
-        io_.query(static_cast<int>(i), p.query_id, p.target, QueryMode::broadcast);
+        io_.query(static_cast<int>(i), p.query_id, p.target.with_party(0), QueryMode::broadcast);
 }
 
 void Resolver::answer(int peer, uint64_t query_id, ProcessId target, const DmaAddress* record, uint64_t now_ms) {
     const uint64_t slot = query_id & kSlotMask;
     if (peer < 0 || peer >= static_cast<int>(cfg_.peer_parties.size()) || slot >= cfg_.pending_capacity ||
-        slots_[slot].query_id != query_id || slots_[slot].target != target ||
-        (slots_[slot].asked & (uint64_t{1} << peer)) == 0) {
+        slots_[slot].query_id != query_id || (slots_[slot].asked & (uint64_t{1} << peer)) == 0) {
         counters_.answers_unmatched.add();  // late, duplicate, or never asked
         return;
     }
     Pending& p = slots_[slot];
+    // What we asked this peer: the target itself (directed), or its party-0 form (broadcast).
+    const ProcessId asked = p.mode == QueryMode::broadcast ? p.target.with_party(0) : p.target;
+    if (target != asked) {
+        counters_.answers_unmatched.add();
+        return;
+    }
     const uint16_t party = cfg_.peer_parties[static_cast<std::size_t>(peer)];
     if (record != nullptr) {
         // The answer must be about what we asked: the same ID, or (party 0) the same node and local ID
         // in the answering party.
-        const ProcessId expect = target.party() == 0 ? target.with_party(party) : target;
+        const ProcessId expect = asked.party() == 0 ? asked.with_party(party) : asked;
         if (record->pid != expect) {
             counters_.answers_unmatched.add();
             return;
         }
         counters_.answered.add();
-        io_.learned(target, record, party);
+        io_.learned(p.target, record, party);
         return finish(static_cast<uint32_t>(slot), ResolveStatus::ok,
                       p.mode == QueryMode::directed ? AnswerSource::directed : AnswerSource::broadcast, record);
     }
     p.said_no |= uint64_t{1} << peer;
     if (p.mode == QueryMode::directed) {
         // The owner says it does not hold it: perhaps the ID names the wrong party. Ask everyone,
-        // within the overall broadcast budget.
-        if (!total_broadcasts_.allow(now_ms)) {
+        // within the first requester's broadcast budget and the overall one.
+        if (!requester_broadcasts_.allow(p.waiters[0].ip, now_ms) || !total_broadcasts_.allow(now_ms)) {
             counters_.refused_rate.add();
             return finish(static_cast<uint32_t>(slot), ResolveStatus::rate_limited, AnswerSource::broadcast, nullptr);
         }
@@ -199,7 +207,7 @@ void Resolver::answer(int peer, uint64_t query_id, ProcessId target, const DmaAd
     }
     if ((p.said_no & p.asked) == p.asked) {
         counters_.not_found.add();
-        io_.learned(target, nullptr, 0);
+        io_.learned(p.target, nullptr, 0);
         finish(static_cast<uint32_t>(slot), ResolveStatus::not_found, AnswerSource::broadcast, nullptr);
     }
 }
