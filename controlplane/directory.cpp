@@ -33,6 +33,7 @@ RegStatus Directory::register_process(const DmaAddress& r, uint32_t source, uint
         // Another node cannot take over a live process's ID.
         if (p.source != source) return refuse(RegStatus::address_mismatch);
         p.expires_ms = now_ms + timeout_ms_;
+        deadlines_.emplace(p.expires_ms, r.pid.value);
         if (p.record == r) {
             ++counters_.refreshed;  // a retried registration
             return RegStatus::ok;
@@ -45,6 +46,7 @@ RegStatus Directory::register_process(const DmaAddress& r, uint32_t source, uint
     }
     if (procs_.size() >= capacity_) return refuse(RegStatus::full);
     procs_.emplace(r.pid.value, LocalProcess{r, source, now_ms, now_ms + timeout_ms_});
+    deadlines_.emplace(now_ms + timeout_ms_, r.pid.value);
     ++counters_.registered;
     *change = {DirectoryChange::Kind::added, r};
     return RegStatus::ok;
@@ -62,6 +64,7 @@ RegStatus Directory::heartbeat(ProcessId pid, uint32_t epoch, uint32_t source, u
     std::lock_guard lock(mu_);
     if (const RegStatus s = check_sender(pid, epoch, source); s != RegStatus::ok) return refuse(s);
     procs_.at(pid.value).expires_ms = now_ms + timeout_ms_;
+    deadlines_.emplace(now_ms + timeout_ms_, pid.value);
     ++counters_.heartbeats;
     return RegStatus::ok;
 }
@@ -80,14 +83,15 @@ RegStatus Directory::deregister(ProcessId pid, uint32_t epoch, uint32_t source, 
 std::vector<DmaAddress> Directory::expire(uint64_t now_ms) {
     std::lock_guard lock(mu_);
     std::vector<DmaAddress> gone;
-    for (auto it = procs_.begin(); it != procs_.end();) {
-        if (it->second.expires_ms <= now_ms) {
-            gone.push_back(it->second.record);
-            it = procs_.erase(it);
-            ++counters_.expired;
-        } else {
-            ++it;
-        }
+    while (!deadlines_.empty() && deadlines_.top().first <= now_ms) {
+        const uint64_t pid = deadlines_.top().second;
+        deadlines_.pop();
+        const auto it = procs_.find(pid);
+        // Gone already, or its deadline moved on since this one was set.
+        if (it == procs_.end() || it->second.expires_ms > now_ms) continue;
+        gone.push_back(it->second.record);
+        procs_.erase(it);
+        ++counters_.expired;
     }
     return gone;
 }

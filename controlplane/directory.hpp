@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <mutex>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <unordered_map>
 #include <vector>
 
@@ -61,6 +63,11 @@ private:
     // every operation is short, so one mutex serves.
     mutable std::mutex mu_;
     std::unordered_map<uint64_t, LocalProcess> procs_;
+    // Every deadline ever set, soonest first; one that a heartbeat has since moved is skipped when
+    // it comes up. Expiry then costs only what expires (a scan of every process each tick does not
+    // scale to a million of them). Holds at most about timeout/heartbeat entries per process.
+    using Deadline = std::pair<uint64_t, uint64_t>;  // expires_ms, pid
+    std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
     DirectoryCounters counters_;
 };
 

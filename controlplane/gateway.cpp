@@ -33,6 +33,8 @@ namespace fedgate {
 namespace {
 
 constexpr unsigned kRingSize = 1024;
+// The punt ring takes bursts of registrations (a job starting thousands of processes at once).
+constexpr unsigned kPuntRingSize = 4096;
 constexpr unsigned kRequestRingSize = 64;
 constexpr uint32_t kDataplaneThreads = 1;  // RCU readers: the data-plane lcores
 constexpr uint32_t kMaxSessionList = 100'000;
@@ -149,7 +151,7 @@ void Gateway::start() {
     if (pool_ == nullptr)
         throw std::runtime_error("cannot create " + std::to_string(cfg_.dataplane.mbufs) +
                                  " mbufs (dataplane.mbufs; EAL memory -m): " + rte_strerror(rte_errno));
-    punt_ = rte_ring_create("fg_punt", kRingSize, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    punt_ = rte_ring_create("fg_punt", kPuntRingSize, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
     inject_ = rte_ring_create("fg_inject", kRingSize, socket, RING_F_SC_DEQ);
     requests_ = rte_ring_create("fg_requests", kRequestRingSize, socket, RING_F_SC_DEQ);
     events_ = rte_ring_create_elem("fg_events", sizeof(ResolveEvent), kEventRingSize, socket,

@@ -283,11 +283,11 @@ void ResolutionService::tick(uint64_t now_ms) {
             }
         }
     }
-    if (now_ms >= next_sweep_ms_) {
-        next_sweep_ms_ = now_ms + 1000;
+    // Only answered and negative entries expire; with none, there is nothing to sweep. Otherwise
+    // a slice per tick, so the whole table goes round about once a second whatever its size.
+    if (cache_.size(CacheKind::answered) + cache_.size(CacheKind::negative) != 0)
         counters_.expired_cache_entries +=
-            cache_.remove_if([now_ms](const CacheEntry& e) { return e.expires_ms <= now_ms; });
-    }
+            cache_.sweep_expired(&sweep_cursor_, std::max<std::size_t>(64, cache_.bucket_count() / 100), now_ms);
     reclaim();
 }
 
@@ -332,14 +332,16 @@ nlohmann::ordered_json entry_json(const CacheEntry& e, const Config& cfg, uint64
 nlohmann::ordered_json ResolutionService::dir_list(bool local, bool remote, std::size_t limit, uint64_t now_ms) const {
     std::lock_guard lock(mu_);
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-    std::size_t total = 0;
+    // The total comes from the cache's counts (it may include a few expired entries the sweep has
+    // not reached), so listing a few entries of a million does not walk them all under the lock.
+    const std::size_t n_local = cache_.size(CacheKind::local);
+    const std::size_t total = (local ? n_local : 0) + (remote ? cache_.size() - n_local : 0);
     cache_.for_each([&](const CacheEntry& e) {
         if (e.expires_ms <= now_ms) return true;
         const bool is_local = e.kind == CacheKind::local;
         if ((is_local && !local) || (!is_local && !remote)) return true;
-        ++total;
-        if (entries.size() < limit) entries.push_back(entry_json(e, cfg_, now_ms));
-        return true;
+        entries.push_back(entry_json(e, cfg_, now_ms));
+        return entries.size() < limit;
     });
     return {{"total", total}, {"shown", entries.size()}, {"entries", entries}};
 }

@@ -79,7 +79,7 @@ private:
     std::vector<std::unique_ptr<Peer>> peers_;
     SeqClock seq_;  // our channel 1
     uint64_t next_sync_ms_ = 0;
-    uint64_t next_sweep_ms_ = 0;
+    std::size_t sweep_cursor_ = 0;  // the cache's expiry sweep goes round a slice per tick
     ResolutionCounters counters_;
     // The driving thread holds it while it works; management threads while they read.
     mutable std::mutex mu_;

@@ -16,6 +16,7 @@
 #include <rte_udp.h>
 
 #include <algorithm>
+#include <utility>
 #include <stdexcept>
 
 #include <cstring>
@@ -510,8 +511,11 @@ void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) 
         ResolveBody b;
         std::memcpy(&b, msg.body.data(), sizeof b);
         const Requester r{p.src_ip, p.src_port, in, msg.header.seq, nullptr};
-        rte_pktmbuf_free(m);
-        return resolver_->request(r, ProcessId{load_be64(b.target)}, now_ms_);
+        // A cache hit answers at once: the reply is built in this request's mbuf, not a new one.
+        spare_ = m;
+        resolver_->request(r, ProcessId{load_be64(b.target)}, now_ms_);
+        if (spare_ != nullptr) rte_pktmbuf_free(std::exchange(spare_, nullptr));
+        return;
     }
     case MsgType::reg:
     case MsgType::heartbeat:
@@ -591,8 +595,13 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
     uint32_t nh = 0;
     const int out = route(port_cfgs_, dst, &nh);
     if (out < 0) return ports_[0].counters.drop(DropReason::no_route);
-    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
-    if (m == nullptr) return ports_[out].counters.drop(DropReason::resolve_alloc_failed);
+    rte_mbuf* m = spare_;
+    if (m != nullptr) {
+        spare_ = nullptr;
+        rte_pktmbuf_reset(m);
+    } else if (m = rte_pktmbuf_alloc(pool_); m == nullptr) {
+        return ports_[out].counters.drop(DropReason::resolve_alloc_failed);
+    }
     const uint16_t msg_len = static_cast<uint16_t>(sizeof(MsgHeader) + body_len + (peer >= 0 ? kMacLen : 0));
     const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + msg_len);
     char* data = rte_pktmbuf_append(m, sizeof(rte_ether_hdr) + ip_len);

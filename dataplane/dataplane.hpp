@@ -231,6 +231,7 @@ private:
     std::vector<PeerState> peers_;
     std::unique_ptr<Resolver> resolver_;
     SeqClock seq_;  // our channel 0
+    rte_mbuf* spare_ = nullptr;  // a request's mbuf, free for the reply send_message builds next
     ResolveDpCounters resolve_counters_;
 };
 

@@ -110,6 +110,25 @@ std::size_t ResolveCache::remove_if(const std::function<bool(const CacheEntry&)>
     return n;
 }
 
+std::size_t ResolveCache::sweep_expired(std::size_t* cursor, std::size_t buckets, uint64_t now_ms) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < buckets && i <= mask_; ++i) {
+        const std::size_t b = (*cursor + i) & mask_;
+        std::atomic<CacheEntry*>* link = &buckets_[b];
+        for (CacheEntry* e = link->load(std::memory_order_relaxed); e != nullptr;
+             e = link->load(std::memory_order_relaxed)) {
+            if (e->expires_ms <= now_ms) {
+                unlink(*link, e);
+                ++n;
+            } else {
+                link = &e->next;
+            }
+        }
+    }
+    *cursor = (*cursor + buckets) & mask_;
+    return n;
+}
+
 void ResolveCache::reclaim(const std::function<void()>& synchronize) {
     if (retired_.empty()) return;
     if (synchronize) synchronize();

@@ -52,6 +52,10 @@ public:
     bool remove(ProcessId key);
     // Removes every entry `pred` matches; returns how many.
     std::size_t remove_if(const std::function<bool(const CacheEntry&)>& pred);
+    // Removes expired entries from the next `buckets` buckets after `*cursor` (which moves on, and
+    // wraps): called on a timer, it sweeps the whole table in slices. Returns how many went.
+    std::size_t sweep_expired(std::size_t* cursor, std::size_t buckets, uint64_t now_ms);
+    std::size_t bucket_count() const { return mask_ + 1; }
     // Waits for readers with `synchronize` (e.g. rte_rcu_qsbr_synchronize), then frees the retired.
     void reclaim(const std::function<void()>& synchronize);
     std::size_t retired() const { return retired_.size(); }

@@ -1318,6 +1318,65 @@ TEST(Directory, ExpireRemovesAtTheTimeoutNotBefore) {
     EXPECT_EQ(dir.heartbeat(a.pid, a.epoch, kSrc, 5000), RegStatus::unknown);
 }
 
+// Expiry against a model: random registrations, heartbeats, deregistrations and re-registrations
+// over time; each expire() must return exactly the processes whose last deadline has passed.
+TEST(Directory, ExpiryMatchesAModelThroughRandomHeartbeats) {
+    Directory dir(1, 4096, kTimeout);
+    std::map<uint64_t, std::pair<DmaAddress, uint64_t>> model;  // pid -> record, expires
+    std::mt19937 rng(11);
+    uint64_t now = 0;
+    DirectoryChange ch;
+    for (int op = 0; op < 20000; ++op) {
+        now += rng() % 50;
+        const DmaAddress r = local_record(static_cast<uint32_t>(rng() % 300));
+        switch (rng() % 4) {
+        case 0:
+        case 1:
+            if (dir.register_process(r, kSrc, now, &ch) == RegStatus::ok) model[r.pid.value] = {r, now + kTimeout};
+            break;
+        case 2:
+            if (dir.heartbeat(r.pid, r.epoch, kSrc, now) == RegStatus::ok) model[r.pid.value].second = now + kTimeout;
+            break;
+        case 3:
+            if (dir.deregister(r.pid, r.epoch, kSrc, &ch) == RegStatus::ok) model.erase(r.pid.value);
+            break;
+        }
+        std::vector<uint64_t> want;
+        for (auto it = model.begin(); it != model.end();) {
+            if (it->second.second <= now) {
+                want.push_back(it->first);
+                it = model.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        std::vector<uint64_t> got;
+        for (const DmaAddress& g : dir.expire(now)) got.push_back(g.pid.value);
+        std::sort(got.begin(), got.end());
+        ASSERT_EQ(got, want) << "op " << op;
+        ASSERT_EQ(dir.size(), model.size()) << "op " << op;
+    }
+}
+
+TEST(Cache, SweepInSlicesRemovesOnlyExpiredEntriesAndGoesRound) {
+    ResolveCache cache(1024);
+    for (uint32_t i = 0; i < 1000; ++i) {
+        const ProcessId id = ProcessId::make(2, 1, i);
+        cache.upsert(id, make_record(id), i % 2 == 0 ? CacheKind::answered : CacheKind::announced, 2,
+                     i % 2 == 0 ? 100 + i : UINT64_MAX);
+    }
+    std::size_t cursor = 0, removed = 0;
+    const std::size_t slice = cache.bucket_count() / 8;
+    for (int round = 0; round < 8; ++round) removed += cache.sweep_expired(&cursor, slice, 600);
+    EXPECT_EQ(cursor, 0u);  // once round
+    EXPECT_EQ(removed, 251u);  // answered entries 0, 2, ..., 500 (expiring at 100 + i) are due by 600
+    EXPECT_EQ(cache.size(CacheKind::answered), 249u);
+    EXPECT_EQ(cache.size(CacheKind::announced), 500u);
+    EXPECT_EQ(cache.find(ProcessId::make(2, 1, 500), 0), nullptr);
+    EXPECT_NE(cache.find(ProcessId::make(2, 1, 502), 0), nullptr);
+    cache.reclaim({});
+}
+
 TEST(Directory, FullDirectoryRefusesNewProcessesButServesHeldOnes) {
     Directory dir(1, 2, kTimeout);
     DirectoryChange ch;

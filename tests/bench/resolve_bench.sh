@@ -1,0 +1,507 @@
+#!/usr/bin/env bash
+# tests/bench/resolve_bench.sh — the resolution service's speed, in three parts.
+#
+# 1. Cache hits on the data plane beside the reference, on the same vdevs. A pcap of RECORDS
+#    REGISTER messages (read once, net_pcap1) fills fedgated's directory; a pcap of REQUESTS RESOLVE
+#    messages for those records (net_pcap0, infinite_rx=1) is answered from the cache by the lcore,
+#    the replies leaving by a net_null port whose 16 requesters are static neighbours (no ARP).
+#    dpdk-testpmd --forward-mode=5tswap on the same net_pcap0 -> net_null0 is the reference: it
+#    sends every request straight back out with MACs, addresses and ports swapped (no lookup, no
+#    new reply of 122 bytes built). Both on lcore 1 for the same time; the figure is the ratio of
+#    packets sent per second.
+# 2. Miss latency across namespaces: a three-party lab (tools/lab.sh). C does not announce, so A's
+#    node resolving C's processes is a directed query A -> C; party-0 targets are broadcast (B has
+#    them, C says not here); B's processes are announced, so they are cache hits at A. Beside them:
+#    the kernel ping node -> gateway A and fedgatectl ping A -> C (the gateways' own round trips).
+# 3. Announce time and memory per record: gateway A is stopped, B's node registers 100K (and, with
+#    RESOLVE_BENCH_BIG=1, the default, then 1M more) records, A is started again and timed until its
+#    cache holds every record of B's; A's VmRSS before and after gives bytes per record (--no-huge
+#    EAL memory is allocated at start, so the growth is the cache and the control structures).
+#    B's registration rate falls as its directory grows (from ~30K/s to ~1K/s at 300K records on
+#    the 2-core machine), so the 1M step stops registering after RESOLVE_BENCH_REG_LIMIT_S and
+#    measures the announce with what B holds then; the result lines say so.
+#
+# usage: resolve_bench.sh BUILD_DIR [SECONDS]     (root; about 4 minutes, at most ~10)
+#   RESOLVE_BENCH_RECORDS=1024      part 1: records registered
+#   RESOLVE_BENCH_REQUESTS=4096     part 1: resolve requests in the replayed pcap
+#   RESOLVE_BENCH_BIG=1             part 3: also the 1M-record step (0: only 100K)
+#   RESOLVE_BENCH_PARTS="1 2 3"     which parts to run (3 needs 2's lab; it brings one up if 2 is skipped)
+#   RESOLVE_BENCH_WINDOW=64         register-many: registrations in flight
+#   RESOLVE_BENCH_REG_LIMIT_S=150   part 3: stop registering after this long (the rest is measured
+#                                   with what got registered; the script says so)
+#   RESOLVE_BENCH_ANNOUNCE_LIMIT_S=150  part 3: longest wait for A to hold B's records
+set -euo pipefail
+BUILD=$(realpath "${1:?usage: resolve_bench.sh BUILD_DIR [SECONDS]}")
+SECS=${2:-10}
+RECORDS=${RESOLVE_BENCH_RECORDS:-1024}
+REQUESTS=${RESOLVE_BENCH_REQUESTS:-4096}
+BIG=${RESOLVE_BENCH_BIG:-1}
+PARTS=${RESOLVE_BENCH_PARTS:-1 2 3}
+WINDOW=${RESOLVE_BENCH_WINDOW:-64}
+BIG_LIMIT_S=${RESOLVE_BENCH_REG_LIMIT_S:-150}
+ANNOUNCE_LIMIT_S=${RESOLVE_BENCH_ANNOUNCE_LIMIT_S:-150}
+uint_in() { # uint_in WHAT VALUE MIN MAX — exits 2 unless VALUE is an integer in MIN..MAX
+    if ! [[ $2 =~ ^[0-9]{1,9}$ ]] || (($2 < $3 || $2 > $4)); then
+        echo "resolve_bench: $1 must be $3..$4, got '$2'" >&2
+        exit 2
+    fi
+}
+uint_in SECONDS "$SECS" 3 3600
+uint_in RESOLVE_BENCH_RECORDS "$RECORDS" 1 1000000
+uint_in RESOLVE_BENCH_REQUESTS "$REQUESTS" 1 1000000
+uint_in RESOLVE_BENCH_BIG "$BIG" 0 1
+uint_in RESOLVE_BENCH_WINDOW "$WINDOW" 1 65536
+uint_in RESOLVE_BENCH_REG_LIMIT_S "$BIG_LIMIT_S" 1 86400
+uint_in RESOLVE_BENCH_ANNOUNCE_LIMIT_S "$ANNOUNCE_LIMIT_S" 1 86400
+[[ $(id -u) -eq 0 ]] || { echo "resolve_bench: run as root (EAL, network namespaces)" >&2; exit 1; }
+command -v dpdk-testpmd >/dev/null || { echo "resolve_bench: dpdk-testpmd not found (apt-get install dpdk-dev)" >&2; exit 1; }
+for b in tests/fedgate_bench_pcap tests/fedgate_bench_resolve controlplane/fedgated tools/fedgatectl; do
+    [[ -x $BUILD/$b ]] || { echo "resolve_bench: $BUILD/$b missing: build first" >&2; exit 1; }
+done
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+# The system interpreter: a version manager's shim can take a second to start on a busy machine.
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=$(command -v python3)
+
+WORK=$(mktemp -d /tmp/fedgate-resolvebench.XXXXXX)
+TP_PREFIX=fgres-tp-$$
+FG_PREFIX=fgres-fg-$$
+BENCH=$BUILD/tests/fedgate_bench_resolve
+# The lab: a prefix of our own ([a-z0-9]{1,4}), never one an integration test uses (r<digits>).
+# shellcheck disable=SC2034  # LAB_* are read by tools/lab.sh
+LAB_BUILD=$BUILD
+LAB_PREFIX=${RESOLVE_BENCH_LAB_PREFIX:-rb$((RANDOM % 100))}
+LAB_PARTIES=3
+LAB_TIMEOUT_S=120
+# shellcheck source=tools/lab.sh
+source "$(dirname "$0")/../../tools/lab.sh"
+LAB_IS_UP=0
+PIDS=()
+stop_all() {
+    local p
+    for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    PIDS=()
+}
+cleanup() {
+    stop_all
+    if ((LAB_IS_UP)); then lab_down || true; fi
+    rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+SUMMARY=()
+say() { echo "$*"; }
+result() { echo "  $*"; SUMMARY+=("$*"); }  # a result line: printed now and again in the summary
+
+# ================================================================================================
+# Part 1: cache hits on the data plane beside testpmd
+# ================================================================================================
+# As nat_bench.sh: net_pcap's infinite_rx keeps every packet of the file in an mbuf for the whole run.
+mbuf_count() { echo $(($1 + 32768)); }
+# --no-huge memory is not IOVA-contiguous: a 2176-byte mbuf (plus headers) takes a whole 4 KB page.
+eal_mb() {
+    local per_page=$((4096 / ($2 + 192)))
+    ((per_page >= 1)) || per_page=1
+    echo $(((($1 + per_page - 1) / per_page) * 4096 / 1048576 + 384))
+}
+ctl1() { taskset -c 0 "$BUILD/tools/fedgatectl" --socket "$WORK/fedgated.sock" "$@"; }
+# One stats sample: "t hits requesters_tx requests drops local registrations_rx".
+sample1() {
+    ctl1 stats --json | taskset -c 0 "$PY" -c '
+import json, sys, time
+r = json.load(sys.stdin); res = r["resolution"]
+port = {p["name"]: p for p in r["ports"]}
+print(time.monotonic(), res["resolve"]["hits"], port["requesters"]["tx_packets"], res["resolve"]["requests"],
+      sum(p["drops"] for p in r["ports"]), res["directory"]["local"], port["registrations"]["rx_packets"])'
+}
+
+run_part1() {
+    local reg=$WORK/register.pcap res=$WORK/resolve.pcap mbufs tp_mb fg_mb tp_pps cap up neigh i
+    say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, ${SECS}s each)"
+    "$BUILD/tests/fedgate_bench_pcap" --resolve "$reg" "$res" 198.18.1.1 1 "$RECORDS" "$REQUESTS" 198.18.9
+    local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
+    mbufs=$(mbuf_count "$REQUESTS")
+
+    # --- the reference: testpmd 5tswap, port 0 -> port 1, lcore 1 ---
+    tp_mb=$(eal_mb "$mbufs" 2176)
+    stdbuf -oL dpdk-testpmd -l 0,1 --no-huge --no-shconf -m "$tp_mb" --no-pci --log-level lib.eal:error \
+        --file-prefix "$TP_PREFIX" --vdev "$rx_vdev" --vdev "$null_vdev" -- \
+        --forward-mode=5tswap --nb-cores=1 --auto-start --stats-period 1 --total-num-mbufs="$mbufs" \
+        --mbuf-size=2176 --no-mlockall >"$WORK/testpmd.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 600); do
+        grep -q 'NIC statistics for port 1' "$WORK/testpmd.log" && break
+        kill -0 "${PIDS[0]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    sleep "$SECS"
+    stop_all
+    # Port 1's cumulative TX-packets once a second: growth after the first two periods (warm-up).
+    tp_pps=$(awk '/NIC statistics for port 1/ {p=1; next} /^ *#+$/ {p=0}
+                  p && /TX-packets:/ {tx[n++] = $2} END {if (n > 3) printf "%d", (tx[n-1] - tx[2]) / (n - 3); else print 0}' \
+                  "$WORK/testpmd.log")
+    if [[ $tp_pps == 0 ]]; then
+        echo "resolve_bench: testpmd measured nothing; its log:" >&2
+        tail -20 "$WORK/testpmd.log" >&2
+    fi
+    rm -rf "/var/run/dpdk/$TP_PREFIX"
+
+    # --- fedgated on the same vdevs: feed (the same net_pcap0), requesters (the same net_null0),
+    # registrations (read once), external; data plane on lcore 1, never sleeping ---
+    fg_mb=$(eal_mb "$mbufs" 2176)
+    cap=$((RECORDS * 2 > 1024 ? RECORDS * 2 : 1024))
+    neigh=""
+    for i in $(seq 2 17); do
+        neigh+="${neigh:+, }\"198.18.9.$i 02:00:00:09:00:$(printf %02x "$i")\""
+    done
+    rm -rf "$WORK/state"
+    cat >"$WORK/bench.toml" <<TOML
+[gateway]
+party = "bench"
+party_id = 1
+socket = "$WORK/fedgated.sock"
+state_dir = "$WORK/state"
+[eal]
+args = ["-l", "0,1", "--no-huge", "--no-shconf", "-m", "$fg_mb", "--no-pci", "--file-prefix", "$FG_PREFIX", "--log-level", "lib.eal:error"]
+[dataplane]
+idle = "spin"
+mbufs = $mbufs
+[resolve]
+cache_capacity = $cap
+heartbeat_ms = 3600000
+heartbeat_timeout_ms = 86400000
+[[port]]
+name = "feed"
+role = "internal"
+device = "$rx_vdev"
+address = "198.18.1.1/24"
+[[port]]
+name = "requesters"
+role = "internal"
+device = "$null_vdev"
+address = "198.18.9.1/24"
+static_neighbours = [$neigh]
+[[port]]
+name = "registrations"
+role = "internal"
+device = "net_pcap1,rx_pcap=$reg"
+address = "198.18.3.1/24"
+[[port]]
+name = "external"
+role = "external"
+device = "net_null1,no-rx=1"
+address = "198.19.0.1/24"
+TOML
+    "$BUILD/controlplane/fedgated" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
+    PIDS+=($!)
+    up=0
+    for _ in $(seq 600); do
+        ctl1 status >/dev/null 2>&1 && { up=1; break; }
+        kill -0 "${PIDS[0]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ((up == 0)); then
+        echo "resolve_bench: fedgated did not come up; its log:" >&2
+        tail -20 "$WORK/fedgated.log" >&2
+        stop_all
+        result "part 1: FAILED (fedgated did not start)"
+        return
+    fi
+    # Until the directory holds every record, or the registrations file is read and nothing changes.
+    local t_fill0 dir_local=0 reg_rx=0 last=-1 still=0 filled_s
+    t_fill0=$(date +%s.%N)
+    for _ in $(seq 600); do
+        read -r _ _ _ _ _ dir_local reg_rx < <(sample1) || true
+        ((dir_local == RECORDS)) && break
+        if ((reg_rx >= RECORDS && dir_local == last)); then
+            still=$((still + 1))
+            ((still < 20)) || break
+        else
+            still=0
+        fi
+        last=$dir_local
+        sleep 0.1
+    done
+    filled_s=$("$PY" -c "import time; print(f'{time.time() - $t_fill0:.1f}')")
+    if ((dir_local != RECORDS)); then
+        say "  WARNING: the directory holds $dir_local of $RECORDS records (registrations port read $reg_rx packets)"
+    fi
+    sleep 2  # the same warm-up testpmd's first two periods get
+    local t0 h0 x0 q0 d0 t1 h1 x1 q1 d1
+    read -r t0 h0 x0 q0 d0 _ _ < <(sample1)
+    sleep $((SECS - 2))
+    read -r t1 h1 x1 q1 d1 _ _ < <(sample1)
+    ctl1 stats --json >"$WORK/stats1.json"
+    stop_all
+    rm -rf "/var/run/dpdk/$FG_PREFIX"
+
+    "$PY" - "$WORK/stats1.json" "$RECORDS" "$dir_local" "$filled_s" "$tp_pps" "$t0" "$h0" "$x0" "$q0" "$d0" \
+        "$t1" "$h1" "$x1" "$q1" "$d1" >"$WORK/part1.txt" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+records, local, filled = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+tp = int(sys.argv[5])
+t0, h0, x0, q0, d0, t1, h1, x1, q1, d1 = (float(x) for x in sys.argv[6:16])
+dt = t1 - t0
+hits, replies, reqs, drops = (h1 - h0) / dt, (x1 - x0) / dt, (q1 - q0) / dt, (d1 - d0) / dt
+res = r["resolution"]
+reasons = {k: v for k, v in r["drops_by_reason"].items() if v}
+print(f"RESULT part 1: directory {local}/{records} records (waited {filled} s); "
+      f"registrations refused: {sum(v for k, v in res['directory'].items() if k.startswith('refused_'))}")
+print(f"RESULT part 1: fedgated cache hits/s {hits / 1e6:.2f} M, replies sent/s {replies / 1e6:.2f} M, "
+      f"requests/s {reqs / 1e6:.2f} M, drops/s {drops / 1e6:.2f} M")
+print(f"RESULT part 1: dpdk-testpmd 5tswap pkts/s {tp / 1e6:.2f} M")
+print(f"RESULT part 1: ratio fedgated replies/testpmd {replies / tp:.2f}" if tp else "RESULT part 1: ratio: testpmd measured nothing")
+print(f"RESULT part 1: drops by reason (whole run): {reasons or 'none'}")
+rv = res["resolve"]
+print(f"  resolve counters: requests {rv['requests']} hits {rv['hits']} misses {rv['misses']} not_found {rv['not_found']} "
+      f"replies_sent {rv['replies_sent']} refused {rv['refused']} events_lost {rv['events_lost']}")
+PY
+    while IFS= read -r line; do
+        if [[ $line == "RESULT "* ]]; then result "${line#RESULT }"; else echo "$line"; fi
+    done <"$WORK/part1.txt"
+}
+
+# ================================================================================================
+# The lab (parts 2 and 3)
+# ================================================================================================
+jq_py() { "$PY" -c "import json,sys; r=json.load(sys.stdin); print($1)"; }
+# A gateway's stats value: gstat a "['resolution']['directory']['local']"
+gstat() { lab_ctl "$1" stats --json | jq_py "r$2"; }
+remote_total() { lab_ctl "$1" dir list --remote --limit 1 --json | jq_py "r['total']"; }
+# node_ns a|b|c: that party's node namespace; gw_in: its gateway's internal address; node_ip: its node's.
+node_ns() { case $1 in a) echo "$NS_A_NODE" ;; b) echo "$NS_B_NODE" ;; c) echo "$NS_C_NODE" ;; esac; }
+gw_in() { case $1 in a) echo "$A_IN_IP" ;; b) echo "$B_IN_IP" ;; c) echo "$C_IN_IP" ;; esac; }
+node_ip() { case $1 in a) echo "$A_NODE_IP" ;; b) echo "$B_NODE_IP" ;; c) echo "$C_NODE_IP" ;; esac; }
+# register_many g PARTY NODE COUNT: on g's node, against g's gateway; prints the tool's line.
+# Extra arguments go to the tool (--max-seconds, --progress-s).
+register_many() {
+    local g=$1 party=$2 node=$3 count=$4
+    shift 4
+    ip netns exec "$(node_ns "$g")" taskset -c 0 "$BENCH" register-many --gateway "$(gw_in "$g")" --party "$party" \
+        --node "$node" --count "$count" --listen-ip "$(node_ip "$g")" --window "$WINDOW" "$@"
+}
+latency() { # latency FIRST_PID COUNT: from A's node
+    ip netns exec "$NS_A_NODE" taskset -c 0 "$BENCH" latency --gateway "$A_IN_IP" --targets "$1" --count "$2"
+}
+wait_until() { # wait_until SECONDS WHAT CMD... — polls CMD every 0.2 s
+    local limit=$1 what=$2 deadline
+    shift 2
+    deadline=$((SECONDS + limit))
+    until "$@"; do
+        ((SECONDS < deadline)) || { echo "resolve_bench: timed out after ${limit}s waiting for $what" >&2; return 1; }
+        sleep 0.2
+    done
+}
+remote_at_least() { local n; n=$(remote_total "$1" 2>/dev/null) && ((n >= $2)); }
+
+lab_edit_configs() {
+    # Records live for a day, no heartbeats needed; broadcasts are not rate-limited in practice;
+    # room for every record of part 3. C does not announce: its processes take directed queries.
+    local f
+    for f in "$A_CONF" "$B_CONF" "$C_CONF"; do
+        cat >>"$f" <<'TOML'
+
+[resolve]
+heartbeat_ms = 3600000
+heartbeat_timeout_ms = 86400000
+broadcast_rate = 100000
+broadcast_burst = 10000
+requester_broadcast_rate = 100000
+requester_broadcast_burst = 10000
+cache_capacity = 2000000
+TOML
+    done
+    echo 'announce = false' >>"$C_CONF"
+}
+
+bring_lab_up() {
+    ((LAB_IS_UP)) && return 0
+    say "== lab: three parties, prefix $LAB_PREFIX"
+    LAB_IS_UP=1
+    lab_up
+}
+
+# ================================================================================================
+# Part 2: miss latency across namespaces
+# ================================================================================================
+LAT_N=1000
+REG_N=2000
+run_part2() {
+    bring_lab_up
+    say "== part 2: resolve round trips from A's node ($LAT_N distinct targets per kind, one at a time)"
+    local line
+    line=$(register_many c 3 1 "$REG_N")
+    say "  C's node: $line"
+    line=$(register_many b 2 2 "$REG_N")
+    say "  B's node: $line"
+    wait_until 120 "A to hold B's $REG_N announced records" remote_at_least a "$REG_N"
+
+    local kind first out
+    for kind in directed broadcast hit; do
+        case $kind in
+            directed) first=3.1.0 ;;   # C does not announce: a query to C
+            broadcast) first=0.2.0 ;;  # party 0: every peer asked, B has it
+            hit) first=2.2.0 ;;        # B announced it: A's cache
+        esac
+        out=$(latency "$first" "$LAT_N")
+        printf '%s\n' "$out" | sed 's/^/    /' | sed "1s/^    /  $kind ($first..): /"
+        read -r _ p50 _ p99 _ ok _ notok <<<"$(head -1 <<<"$out")"
+        result "$(printf 'part 2: %-24s p50 %6s us  p99 %6s us  (ok %s, not ok %s)' "$kind" "$p50" "$p99" "$ok" "$notok")"
+    done
+
+    # The kernel's ping from A's node to A's internal address, and A's own ping of C's external one.
+    ip netns exec "$NS_A_NODE" taskset -c 0 ping -c 200 -i 0.01 -W 1 "$A_IN_IP" >"$WORK/ping.txt" 2>&1 || true
+    lab_ctl a ping "$C_EXT_IP" --count 100 --json >"$WORK/gwping.json" 2>&1 || true
+    "$PY" - "$WORK/ping.txt" "$WORK/gwping.json" >"$WORK/part2.txt" <<'PY'
+import json, math, re, sys
+def pct(v, p):
+    v = sorted(v)
+    return v[max(1, math.ceil(p * len(v))) - 1] if v else float("nan")
+node = [float(x) * 1000 for x in re.findall(r"time=([0-9.]+) ms", open(sys.argv[1]).read())]
+try:
+    r = json.load(open(sys.argv[2]))
+    r = r.get("result", r)
+    gw = [x * 1000 for x in r["rtt_ms"] if isinstance(x, (int, float))]
+except (ValueError, KeyError):
+    gw = []
+for name, v, sent in (("node -> gateway A ping", node, 200), ("gateway A -> C fedgatectl ping", gw, 100)):
+    print(f"RESULT part 2: {name:<31}p50 {pct(v, .5):6.0f} us  p99 {pct(v, .99):6.0f} us  ({len(v)}/{sent} replies)")
+PY
+    while IFS= read -r line; do result "${line#RESULT }"; done <"$WORK/part2.txt"
+    say "  A: $(lab_ctl a stats --json | jq_py "'resolve', {k: v for k, v in r['resolution']['resolve'].items() if v}")"
+}
+
+# ================================================================================================
+# Part 3: announce time and memory per record
+# ================================================================================================
+# Watches gateway A from its start: its pid (status), VmRSS and the records it holds
+# (resolution.cache.announced, in `stats`) at once, then polls the count every 20 ms over the
+# management socket until A holds TARGET records or TIMEOUT_S passes, then VmRSS again. Not `dir
+# list` for the polling: that walks the whole cache under the lock the control thread applying the
+# announcements needs, so polling it would slow what it measures (its total is checked once at the
+# end). Prints "pid rss0_kb have0 t_first t_all count rss1_kb samples", times in seconds after T_LAUNCH.
+watch_announce() { # watch_announce TARGET T_LAUNCH TIMEOUT_S
+    taskset -c 0 "$PY" - "$A_SOCK" "$1" "$2" "$3" <<'PY'
+import json, socket, sys, time
+path, target, t_launch, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+def call(cmd):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(json.dumps({"cmd": cmd}).encode() + b"\n")
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(1 << 16)
+        if not chunk: break
+        buf += chunk
+    s.close()
+    r = json.loads(buf)
+    return r.get("result", r)
+def rss_kb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"): return int(line.split()[1])
+announced = lambda: call("stats")["resolution"]["cache"]["announced"]
+pid = call("status")["pid"]
+rss0, have0 = rss_kb(pid), announced()
+first = time.time() if have0 > 0 else None
+n, samples, deadline = have0, 0, time.time() + timeout
+while n < target:
+    time.sleep(0.02)
+    n, t = announced(), time.time(); samples += 1
+    if n > 0 and first is None: first = t
+    if t > deadline: break
+t = time.time()
+print(pid, rss0, have0, f"{(first or t) - t_launch:.3f}", f"{t - t_launch:.3f}", n, rss_kb(pid), samples)
+PY
+}
+
+announce_step() { # announce_step NODE COUNT LABEL [REGISTER-MANY ARGS] — B's node registers COUNT as 2.NODE.*; A restarted, timed
+    local node=$1 count=$2 label=$3 line expected t_launch t_up pid rss0 have0 first all n rss1 total
+    shift 3
+    lab_stop a
+    say "  [$label] A stopped (exit $LAB_RC); B's node registers $count records 2.$node.0.."
+    if ! line=$(register_many b 2 "$node" "$count" "$@" 2>"$WORK/progress.txt"); then
+        cat "$WORK/progress.txt" >&2
+        result "part 3 [$label]: registration FAILED: $line"
+        lab_start a
+        return
+    fi
+    cat "$WORK/progress.txt"
+    say "  [$label] B's node: $line"
+    # The rate in the first and the last progress period: how registration keeps up as B's directory grows.
+    local rates
+    rates=$(awk '/register-many:/ {gsub(/\(/, "", $6); r[n++] = $6} END {if (n > 1) print r[0] " -> " r[n-1]}' "$WORK/progress.txt")
+    [[ -z $rates ]] || result "part 3 [$label]: registrations per second, first 10 s -> last 10 s: $rates"
+    local reg_n reg_s reg_rate
+    read -r _ reg_n _ _ reg_s _ reg_rate _ <<<"$line"
+    reg_rate=${reg_rate#(}
+    reg_rate=${reg_rate%%/*}
+    if [[ $line == *"time limit"* ]]; then
+        result "part 3 [$label]: NOTE only $reg_n of $count registered within RESOLVE_BENCH_REG_LIMIT_S=${BIG_LIMIT_S}s:" \
+            "B's registration rate falls as its directory grows; the rest of this step measures what was registered"
+        reg_n="$reg_n of $count (time limit)"
+    fi
+    expected=$(gstat b "['resolution']['directory']['local']")
+    t_launch=$(date +%s.%N)
+    lab_start a
+    t_up=$(date +%s.%N)
+    read -r pid rss0 have0 first all n rss1 _ < <(watch_announce "$expected" "$t_launch" "$ANNOUNCE_LIMIT_S")
+    local t_list0 t_list1
+    t_list0=$(date +%s.%N)
+    total=$(remote_total a)
+    t_list1=$(date +%s.%N)
+    "$PY" - "$label" "$reg_n" "$reg_s" "$reg_rate" "$expected" "$t_launch" "$t_up" "$first" "$all" "$n" \
+        "$rss0" "$rss1" "$have0" "$total" "$t_list0" "$t_list1" "$pid" >"$WORK/part3.txt" <<'PY'
+import sys
+(label, reg_n, reg_s, reg_rate, expected, t_launch, t_up, first, done, n, rss0, rss1, have0, total,
+ tl0, tl1, pid) = sys.argv[1:]
+expected, n, have0, total = int(expected), int(n), int(have0), int(total)
+up = float(t_up) - float(t_launch)
+first, done = float(first), float(done)
+rss0, rss1 = int(rss0) * 1024, int(rss1) * 1024
+short = "" if n >= expected else f"  <- only {n} of {expected} arrived in time"
+early = f" ({have0} already there at the first look)" if have0 else ""
+print(f"RESULT part 3 [{label}]: registered {reg_n} on B in {float(reg_s):.1f} s ({reg_rate}/s on average)")
+print(f"RESULT part 3 [{label}]: A answered {up:.2f} s after launch; first record {first - up:+.2f} s from then{early}; "
+      f"{n} of B's {expected} records {done - up:.2f} s after it answered "
+      f"({(n - have0) / max(done - max(first, up), 1e-3) / 1e3:.0f}K records/s){short}")
+print(f"RESULT part 3 [{label}]: A's dir list --remote total {total} (the call took {float(tl1) - float(tl0):.2f} s)")
+print(f"RESULT part 3 [{label}]: A's VmRSS (pid {pid}) {rss0 / 2**20:.1f} MiB with {have0} records -> {rss1 / 2**20:.1f} MiB "
+      f"with {n}: {(rss1 - rss0) / max(n - have0, 1):.0f} bytes per record")
+PY
+    while IFS= read -r line; do result "${line#RESULT }"; done <"$WORK/part3.txt"
+    say "  [$label] B's announce stream to A: $(lab_ctl b stats --json | jq_py "[p for p in r['resolution']['exchange']['peers'] if p['party'] == 'alpha'][0]")"
+    say "  [$label] A: $(lab_ctl a stats --json | jq_py "r['resolution']['cache'], {k: v for k, v in r['resolution']['exchange'].items() if k != 'peers'}")"
+}
+
+run_part3() {
+    bring_lab_up
+    say "== part 3: announce time and memory per record (C stopped, so only A takes B's stream)"
+    lab_stop c
+    announce_step 3 100000 100K --max-seconds "$BIG_LIMIT_S" --progress-s 10
+    if ((BIG)); then
+        announce_step 4 1000000 1M --max-seconds "$BIG_LIMIT_S" --progress-s 10
+    else
+        say "  (RESOLVE_BENCH_BIG=0: the 1M step skipped)"
+    fi
+}
+
+START=$SECONDS
+# Everything here shares the machine's CPUs with whatever else runs: say how busy it was.
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+part 1 && run_part1
+part 2 && run_part2
+part 3 && run_part3
+if ((LAB_IS_UP)); then
+    say "== drops by reason in the lab"
+    for g in a b; do
+        say "  $g: $(lab_ctl "$g" stats --json | jq_py "{k: v for k, v in r['drops_by_reason'].items() if v} or 'none'")"
+    done
+fi
+
+echo
+echo "== summary (resolve_bench.sh $(date -u +%Y-%m-%dT%H:%MZ), $((SECONDS - START)) s, $(nproc) CPUs," \
+    "load average $LOAD0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
+for l in "${SUMMARY[@]}"; do echo "  $l"; done
