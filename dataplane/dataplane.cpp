@@ -259,6 +259,11 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
         return drop(m, in, DropReason::ipv4_bad_source);
     if (p.fragment) return drop(m, in, DropReason::ipv4_fragment);
 
+    // The resolution service first: its port is never a mapping's nor a session's (the config keeps
+    // it out of both), so the session lookup can be skipped for it.
+    if (p.ip_proto == kIpProtoUdp && p.dst_port == resolve_port_be_ && resolver_ != nullptr && owns_address(p.dst_ip))
+        return handle_resolve(m, in, p);
+
     // The port-map proxy: packets of a session, or opening one through an import/export rule.
     if (p.ip_proto == kIpProtoTcp || p.ip_proto == kIpProtoUdp) {
         if (act(m, in, nat_.handle(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p, in, now_ms_))) return;
@@ -268,10 +273,8 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
     if (owns_address(p.dst_ip)) {
         switch (p.ip_proto) {
         case kIpProtoIcmp: return handle_local_icmp(m, in, p);
-        case kIpProtoUdp:
-            if (resolver_ != nullptr && p.dst_port == resolve_port_be_) return handle_resolve(m, in, p);
-            return drop(m, in, DropReason::l4_unhandled);
-        case kIpProtoTcp: return drop(m, in, DropReason::l4_unhandled);
+        case kIpProtoTcp:
+        case kIpProtoUdp: return drop(m, in, DropReason::l4_unhandled);
         default: return drop(m, in, DropReason::ipv4_proto_unhandled);
         }
     }
@@ -591,7 +594,7 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
 }
 
 void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,
-                             uint16_t body_len, int peer) {
+                             uint16_t body_len, int peer, uint32_t body_sum, uint16_t summed_from) {
     uint32_t nh = 0;
     const int out = route(port_cfgs_, dst, &nh);
     if (out < 0) return ports_[0].counters.drop(DropReason::no_route);
@@ -617,12 +620,17 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
     std::memcpy(msg, &wh, sizeof wh);
     std::memcpy(msg + sizeof wh, body, body_len);
     if (peer >= 0) peers_[peer].key.seal(std::span<uint8_t>(msg, msg_len));
-    write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
+    // A sealed message changes after the body: its checksum reads everything.
+    if (peer >= 0 || summed_from >= body_len)
+        write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
+    else
+        write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len, body_sum,
+                       static_cast<uint16_t>(sizeof wh + summed_from));
     send_ipv4(m, static_cast<uint16_t>(out), nh);
 }
 
 void Dataplane::write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
-                               uint16_t payload_len) {
+                               uint16_t payload_len, uint32_t tail_sum, uint16_t summed_from) {
     const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + payload_len);
     std::memset(ip, 0, sizeof *ip);
     ip->version_ihl = RTE_IPV4_VHL_DEF;
@@ -638,7 +646,18 @@ void Dataplane::write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uin
     udp->dst_port = dport;
     udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + payload_len));
     udp->dgram_cksum = 0;
-    udp->dgram_cksum = rte_ipv4_udptcp_cksum(ip, udp);
+    if (summed_from >= payload_len) {
+        udp->dgram_cksum = rte_ipv4_udptcp_cksum(ip, udp);
+        return;
+    }
+    // Pseudo-header, UDP header and the payload's head; the tail's sum is known.
+    uint32_t sum = rte_ipv4_phdr_cksum(ip, 0);
+    sum += rte_raw_cksum(udp, sizeof(rte_udp_hdr) + summed_from);
+    sum += tail_sum;
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    const uint16_t c = static_cast<uint16_t>(~sum);
+    udp->dgram_cksum = c == 0 ? 0xffff : c;  // 0 would mean "no checksum"
 }
 
 void Dataplane::reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,
@@ -659,6 +678,22 @@ void Dataplane::reply(const Requester& r, ProcessId target, ResolveStatus status
     if (record != nullptr) encode(*record, b.record);
     resolve_counters_.replies_sent.add();
     send_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, &b, sizeof b, -1);
+}
+
+void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource source, const CacheEntry& e) {
+    if (r.control != nullptr) return reply(r, target, ResolveStatus::ok, source, &e.record);
+    ResolveReplyBody b;
+    b.status = static_cast<uint8_t>(ResolveStatus::ok);
+    b.source = static_cast<uint8_t>(source);
+    b.reserved[0] = b.reserved[1] = 0;
+    store_be64(b.target, target.value);
+    b.record = e.wire;
+    resolve_counters_.replies_sent.add();
+    // rte_raw_cksum sums in host order on this little-endian CPU: swap the big-endian-order sum.
+    const uint32_t folded = (e.wire_sum & 0xffff) + (e.wire_sum >> 16);
+    const uint16_t be_sum = static_cast<uint16_t>((folded & 0xffff) + (folded >> 16));
+    send_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, &b, sizeof b, -1, rte_bswap16(be_sum),
+                 offsetof(ResolveReplyBody, record));
 }
 
 void Dataplane::query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) {

@@ -156,8 +156,10 @@ public:
 
     // Fills in the IPv4 and UDP headers (checksums included) in front of a payload of `len` bytes
     // that is already in place after them. Addresses and ports network order. Any thread.
+    // `tail_sum`/`summed_from`: the payload's bytes from `summed_from` on sum to `tail_sum` (16-bit
+    // one's-complement, unfolded; summed_from even), so only the bytes before it are read.
     static void write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
-                               uint16_t len);
+                               uint16_t len, uint32_t tail_sum = 0, uint16_t summed_from = UINT16_MAX);
     // Which port and next hop reach `dst` (network order); -1 if none. Pure; any thread.
     static int route(const std::vector<DpPortConfig>& ports, uint32_t dst, uint32_t* next_hop);
 
@@ -181,11 +183,14 @@ private:
     void punt(rte_mbuf* m, uint16_t in, Counter& kind);  // to the control threads, counted also as `kind`
     // Builds and routes one resolution datagram from our address on the way to `dst` (network order).
     // A peer message (peer >= 0) is stamped with our channel-0 seq and sealed with the peer's key.
+    // `body_sum`, when not 0, is the one's-complement sum of the body from `summed_from` on, known
+    // already: the UDP checksum then reads only what comes before.
     void send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,
-                      uint16_t body_len, int peer);
+                      uint16_t body_len, int peer, uint32_t body_sum = 0, uint16_t summed_from = UINT16_MAX);
     // ResolverIo
     void reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,
                const DmaAddress* record) override;
+    void reply_hit(const Requester& r, ProcessId target, AnswerSource source, const CacheEntry& e) override;
     void query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) override;
     void learned(ProcessId key, const DmaAddress* record, uint16_t owner_party) override;
     void answer(DpRequest& r);

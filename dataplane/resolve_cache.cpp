@@ -68,6 +68,9 @@ ResolveCache::Upsert ResolveCache::upsert(ProcessId key, const DmaAddress& recor
     auto* e = new CacheEntry;
     e->key = key;
     e->record = record;
+    encode(record, e->wire);
+    const auto* w = reinterpret_cast<const uint8_t*>(&e->wire);
+    for (std::size_t i = 0; i < sizeof e->wire; i += 2) e->wire_sum += uint32_t{w[i]} << 8 | w[i + 1];
     e->expires_ms = expires_ms;
     e->owner_party = owner;
     e->kind = kind;

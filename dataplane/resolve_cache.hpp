@@ -27,6 +27,8 @@ inline constexpr int kCacheKinds = 4;
 struct CacheEntry {
     ProcessId key;  // what it is found under: the record's ID, or the party-0 ID a broadcast answered
     DmaAddress record;  // unset for negative entries
+    DmaAddressWire wire;  // the record as the wire carries it, encoded once here ...
+    uint32_t wire_sum = 0;  // ... with its 16-bit one's-complement sum (unfolded), for reply checksums
     uint64_t expires_ms = UINT64_MAX;  // on the lcore's millisecond clock; UINT64_MAX: no expiry
     uint16_t owner_party = 0;          // the party whose gateway vouched for it
     CacheKind kind = CacheKind::local;

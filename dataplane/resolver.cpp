@@ -86,7 +86,7 @@ void Resolver::request(const Requester& r, ProcessId target, uint64_t now_ms) {
         if (const CacheEntry* e = cache_.find(target.with_party(cfg_.party_id), now_ms);
             e != nullptr && e->kind == CacheKind::local) {
             counters_.hits.add();
-            return io_.reply(r, target, ResolveStatus::ok, AnswerSource::local, &e->record);
+            return io_.reply_hit(r, target, AnswerSource::local, *e);
         }
     }
     if (const CacheEntry* e = cache_.find(target, now_ms); e != nullptr) {
@@ -95,8 +95,7 @@ void Resolver::request(const Requester& r, ProcessId target, uint64_t now_ms) {
             return io_.reply(r, target, ResolveStatus::not_found, AnswerSource::negative_cache, nullptr);
         }
         counters_.hits.add();
-        return io_.reply(r, target, ResolveStatus::ok,
-                         e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache, &e->record);
+        return io_.reply_hit(r, target, e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache, *e);
     }
     counters_.misses.add();
 

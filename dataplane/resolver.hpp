@@ -55,6 +55,10 @@ public:
     // `record` is null unless status is ok.
     virtual void reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,
                        const DmaAddress* record) = 0;
+    // A cache hit: the entry carries its record already encoded, which a packet engine can copy.
+    virtual void reply_hit(const Requester& r, ProcessId target, AnswerSource source, const CacheEntry& e) {
+        reply(r, target, ResolveStatus::ok, source, &e.record);
+    }
     virtual void query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) = 0;
     // What the cache should learn (control threads write it): a record, or "not found" (null).
     virtual void learned(ProcessId key, const DmaAddress* record, uint16_t owner_party) = 0;

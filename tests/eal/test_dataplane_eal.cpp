@@ -20,6 +20,8 @@
 #include <filesystem>
 
 #include "dataplane/dataplane.hpp"
+#include "dataplane/peer_auth.hpp"
+#include "dataplane/resolve_cache.hpp"
 #include "drivers/port.hpp"
 #include "tests/support/packet_builder.hpp"
 #include "tests/support/pcap_file.hpp"
@@ -425,6 +427,170 @@ TEST(PortBringUp, UnknownDeviceIsRefusedWithTheDeviceNamed) {
         EXPECT_NE(std::string(e.what()).find("net_nosuchdriver0,x=1"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("port 'bogus'"), std::string::npos) << e.what();
     }
+}
+
+// ---- the resolution service on the lcore -------------------------------------------------------
+
+// The data plane with the resolution service on: gateway party 1, one peer (party 2, 198.19.0.2),
+// static neighbours for the node and the peer so replies leave without ARP.
+class ResolveDataplaneTest : public DataplaneTest {
+protected:
+    static constexpr const char* kNodeIp = "198.18.1.10";
+    static constexpr const char* kPeerIp = "198.19.0.2";
+    static constexpr uint16_t kPort = 7410;
+    const std::vector<uint8_t> kKey = std::vector<uint8_t>(32, 0x5a);
+
+    void SetUp() override {
+        DataplaneTest::SetUp();
+        std::vector<DpPortConfig> pc(2);
+        MacAddr node, peer;
+        std::memcpy(node.data(), kNode.data(), 6);
+        std::memcpy(peer.data(), kPeerGw.data(), 6);
+        pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0, {{be(kNodeIp), node}}};
+        pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, 0, {{be(kPeerIp), peer}}};
+        DataplaneConfig cfg;
+        cfg.resolve.port = kPort;
+        cfg.resolve.resolver.party_id = 1;
+        cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey});
+        events_ = rte_ring_create_elem("resolve_events", sizeof(ResolveEvent), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+        ASSERT_NE(events_, nullptr);
+        dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_},
+                                          DpShared{nullptr, nullptr, 0, &cache_});
+    }
+    void TearDown() override {
+        dp_.reset();
+        rte_ring_free(events_);
+        DataplaneTest::TearDown();
+    }
+
+    static std::vector<uint8_t> message(MsgType type, uint16_t party, uint64_t seq, const void* body, std::size_t len,
+                                        const HmacKey* key) {
+        std::vector<uint8_t> d(sizeof(MsgHeader) + len + (key != nullptr ? kMacLen : 0));
+        MsgHeader h;
+        encode(Header{type, party, static_cast<uint16_t>(len), seq, 0}, h);
+        std::memcpy(d.data(), &h, sizeof h);
+        std::memcpy(d.data() + sizeof h, body, len);
+        if (key != nullptr) key->seal(d);
+        return d;
+    }
+    std::vector<uint8_t> resolve_request(ProcessId target, uint64_t id) const {
+        ResolveBody b;
+        store_be64(b.target, target.value);
+        return PacketBuilder().eth(gw_in_, kNode).ipv4(kNodeIp, kInternalIp).udp(40000, kPort)
+            .payload(message(MsgType::resolve, 0, id, &b, sizeof b, nullptr)).build();
+    }
+    static DmaAddress record(ProcessId pid) {
+        DmaAddress a;
+        a.pid = pid;
+        a.epoch = 9;
+        a.transport = Transport::roce_v2;
+        for (uint8_t i = 0; i < 16; ++i) a.gid[i] = static_cast<uint8_t>(0xa0 + i);
+        a.qpn = 0x123456;
+        a.mtu = 4096;
+        a.ipv4 = 0xc6120a0b;
+        a.port = 4791;
+        a.ttl_s = 30;
+        return a;
+    }
+    // The reply the node must get, built independently (the builder sums the UDP checksum itself).
+    std::vector<uint8_t> expected_reply(ProcessId target, uint64_t id, ResolveStatus st, AnswerSource src,
+                                        const DmaAddress* rec) const {
+        ResolveReplyBody b{};
+        b.status = static_cast<uint8_t>(st);
+        b.source = static_cast<uint8_t>(src);
+        store_be64(b.target, target.value);
+        if (rec != nullptr) encode(*rec, b.record);
+        auto f = PacketBuilder().eth(kNode, gw_in_).ipv4(kInternalIp, kNodeIp, 64, 0).udp(kPort, 40000)
+                     .payload(message(MsgType::resolve_reply, 0, id, &b, sizeof b, nullptr)).build();
+        f[20] = 0x40;  // the gateway sets DF
+        f[24] = f[25] = 0;
+        const uint16_t c = test::inet_checksum(&f[14], 20);
+        f[24] = static_cast<uint8_t>(c >> 8);
+        f[25] = static_cast<uint8_t>(c);
+        return f;
+    }
+
+    ResolveCache cache_{64};
+    rte_ring* events_ = nullptr;
+};
+
+TEST_F(ResolveDataplaneTest, CacheHitIsAnsweredByTheLcoreWithExactBytesAndChecksums) {
+    const DmaAddress rec = record(ProcessId::make(1, 5, 5));
+    cache_.upsert(rec.pid, rec, CacheKind::local, 1, UINT64_MAX);
+    receive(0, resolve_request(rec.pid, 0x1122334455667788ull));
+    dp_->poll_once();
+    const auto out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], expected_reply(rec.pid, 0x1122334455667788ull, ResolveStatus::ok, AnswerSource::local, &rec));
+    EXPECT_EQ(test::inet_checksum(&out[0][14], 20), 0);
+    EXPECT_EQ(dp_->resolver()->counters().hits.get(), 1u);
+    EXPECT_TRUE(sent(1).empty());
+}
+
+TEST_F(ResolveDataplaneTest, MissIsQueriedAtTheOwnerAndItsSignedAnswerRelayed) {
+    const ProcessId target = ProcessId::make(2, 9, 9);
+    receive(0, resolve_request(target, 77));
+    dp_->poll_once();
+    EXPECT_TRUE(sent(0).empty());
+    const auto q = sent(1);
+    ASSERT_EQ(q.size(), 1u);
+    // A directed query to the peer, sealed with the pair's key.
+    const std::span<const uint8_t> dgram(q[0].data() + 42, q[0].size() - 42);
+    ParsedMsg m;
+    ASSERT_EQ(parse_message(dgram, m), WireError::ok);
+    EXPECT_EQ(m.header.type, MsgType::query);
+    EXPECT_EQ(m.header.sender_party, 1);
+    const HmacKey key(kKey);
+    EXPECT_TRUE(key.verify(m.authenticated, m.mac));
+    QueryBody qb;
+    std::memcpy(&qb, m.body.data(), sizeof qb);
+    EXPECT_EQ(load_be64(qb.target), target.value);
+    EXPECT_EQ(qb.mode, static_cast<uint8_t>(QueryMode::directed));
+
+    // A forged answer changes nothing; the real one is relayed and reported to the control threads.
+    const DmaAddress rec = record(target);
+    AnswerBody a{};
+    std::memcpy(a.query_id, qb.query_id, 8);
+    store_be64(a.target, target.value);
+    a.found = 1;
+    encode(rec, a.record);
+    const HmacKey wrong(std::vector<uint8_t>(32, 0x11));
+    const auto answer = [&](const HmacKey& k) {
+        return PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(kPort, kPort)
+            .payload(message(MsgType::answer, 2, SeqClock::realtime_ns(), &a, sizeof a, &k)).build();
+    };
+    receive(1, answer(wrong));
+    dp_->poll_once();
+    EXPECT_EQ(drops(1, DropReason::resolve_bad_mac), 1u);
+    EXPECT_TRUE(sent(0).empty());
+    receive(1, answer(key));
+    dp_->poll_once();
+    const auto out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], expected_reply(target, 77, ResolveStatus::ok, AnswerSource::directed, &rec));
+    ResolveEvent ev;
+    ASSERT_EQ(rte_ring_dequeue_elem(events_, &ev, sizeof ev), 0);
+    EXPECT_EQ(ev.key, target);
+    EXPECT_EQ(ev.record, rec);
+    EXPECT_EQ(ev.negative, 0);
+}
+
+TEST_F(ResolveDataplaneTest, ClientMessagesOnTheExternalPortAndPeerMessagesFromStrangersAreDropped) {
+    ResolveBody b;
+    store_be64(b.target, ProcessId::make(1, 5, 5).value);
+    receive(1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(40000, kPort)
+                   .payload(message(MsgType::resolve, 0, 1, &b, sizeof b, nullptr)).build());
+    const HmacKey key(kKey);
+    SyncBody sb{};
+    receive(1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4("198.19.0.3", kExternalIp).udp(kPort, kPort)
+                   .payload(message(MsgType::sync, 2, SeqClock::realtime_ns(), &sb, sizeof sb, &key)).build());
+    receive(0, PacketBuilder().eth(gw_in_, kNode).ipv4(kNodeIp, kInternalIp).udp(40000, kPort).payload(7).build());
+    dp_->poll_once();
+    EXPECT_EQ(drops(1, DropReason::resolve_wrong_port), 1u);
+    EXPECT_EQ(drops(1, DropReason::resolve_unknown_peer), 1u);
+    EXPECT_EQ(drops(0, DropReason::resolve_malformed), 1u);
+    EXPECT_TRUE(sent(0).empty());
+    EXPECT_TRUE(sent(1).empty());
 }
 
 }  // namespace
