@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drivers/node_client.hpp"
+#include "tools/command_table.hpp"
 
 #ifndef FEDGATE_VERSION
 #define FEDGATE_VERSION "unknown"
@@ -34,8 +35,15 @@ namespace {
 namespace po = boost::program_options;
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
+using cli::in_quotes;
+using cli::need;
+using cli::opt;
+using cli::UsageError;
 
 constexpr std::string_view kProg = "fedgate-node";
+constexpr cli::Program kProgram{.name = kProg,
+                                .global_synopsis = "--gateway IP[:PORT] [--bind IP] [--timeout-ms MS] [--tries N]",
+                                .help_shows_globals = false};
 constexpr const char* kGatewayEnv = "FEDGATE_GATEWAY";  // --gateway's default when set
 constexpr uint32_t kTimeoutMsMin = 1;
 constexpr uint32_t kTimeoutMsMax = 60'000;
@@ -47,14 +55,6 @@ constexpr uint32_t kDefaultHeartbeatMs = 1000;  // when neither --heartbeat-ms n
 constexpr uint16_t kRoceDefaultMtu = 1024;
 constexpr std::array<uint32_t, 5> kRoceMtus{256, 512, 1024, 2048, 4096};  // the IB path MTUs
 
-// Guessing would let `--gate X` through boost while our command-word scan does not know it.
-constexpr int kParseStyle = po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
-
-// Bad command line, found before anything is sent: exit 2 with the usage.
-struct UsageError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
 struct Invocation {
     const po::variables_map& vm;
     std::ostream& out;
@@ -62,16 +62,8 @@ struct Invocation {
     int stop_fd;
 };
 
-struct Command {
-    std::string_view name;             // the word typed
-    std::string_view operands;         // positional arguments: "ID"
-    std::string_view option_synopsis;  // "--pid ID --epoch N"
-    std::string_view summary;          // one line in the command list
-    std::string_view example;          // full command lines, one per line
-    void (*options)(po::options_description& visible, po::options_description& hidden,
-                    po::positional_options_description& positional);
-    int (*run)(const Invocation&);
-};
+// {name, operands, option synopsis, summary, examples, options, handler}; see command_table.hpp.
+using Command = cli::Command<Invocation>;
 
 void register_options(po::options_description&, po::options_description&, po::positional_options_description&);
 void deregister_options(po::options_description&, po::options_description&, po::positional_options_description&);
@@ -104,22 +96,7 @@ constexpr std::array kCommands{
             help_options, run_help},
 };
 
-constexpr std::string_view kGlobalSynopsis = "--gateway IP[:PORT] [--bind IP] [--timeout-ms MS] [--tries N]";
-
 // ---- text ------------------------------------------------------------------------------------
-
-std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
-
-std::vector<std::string> example_lines(const Command& c) {
-    std::vector<std::string> out;
-    std::string_view rest = c.example;
-    while (!rest.empty()) {
-        const size_t nl = rest.find('\n');
-        out.emplace_back(rest.substr(0, nl));
-        rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
-    }
-    return out;
-}
 
 std::string ipv4_text(uint32_t host_order) {
     const in_addr a{htonl(host_order)};
@@ -150,37 +127,6 @@ po::options_description global_options() {
     return d;
 }
 
-std::string usage_line(const Command& c) {
-    std::string s = "usage: fedgate-node ";
-    if (c.name != "help")
-        s += std::string(kGlobalSynopsis) + " ";
-    s += c.name;
-    if (!c.operands.empty())
-        s += " " + std::string(c.operands);
-    if (!c.option_synopsis.empty())
-        s += " " + std::string(c.option_synopsis);
-    return s;
-}
-
-void print_command_list(std::ostream& out) {
-    size_t width = 0;
-    for (const auto& c : kCommands)
-        width = std::max(width, c.name.size() + (c.operands.empty() ? 0 : c.operands.size() + 1));
-    for (const auto& c : kCommands) {
-        std::string left(c.name);
-        if (!c.operands.empty())
-            left += " " + std::string(c.operands);
-        left.resize(width, ' ');
-        out << "  " << left << "  " << c.summary << "\n";
-    }
-}
-
-void print_general_usage(std::ostream& out) {
-    out << "usage: fedgate-node " << kGlobalSynopsis << " COMMAND [ARGS]\n\ncommands:\n";
-    print_command_list(out);
-    out << "\n'fedgate-node help COMMAND' shows a command's options.\n";
-}
-
 void print_id_note(std::ostream& out) {
     out << "A process ID is PARTY.NODE.LOCAL in decimal (party 0..65535, node 0..65535, local\n"
            "0..4294967295), such as 2.7.42, or 0x and 1-16 hex digits. Party 0 means \"owner unknown\":\n"
@@ -189,66 +135,33 @@ void print_id_note(std::ostream& out) {
 
 void print_help(std::ostream& out) {
     out << "fedgate-node: register a compute process with its fedgate gateway, keep it registered, and\n"
-           "resolve other processes' DMA (RDMA/RoCE v2 or TCP) addresses through it\n\n"
-        << "usage: fedgate-node " << kGlobalSynopsis << " COMMAND [ARGS]\n\ncommands:\n";
-    print_command_list(out);
+           "resolve other processes' DMA (RDMA/RoCE v2 or TCP) addresses through it\n\n";
+    cli::print_commands(out, kProgram, kCommands);
     out << "\n" << global_options() << "\n";
     print_id_note(out);
-    out << "\nexamples:\n";
-    for (const auto& c : kCommands)
-        for (const auto& e : example_lines(c))
-            out << "  " << e << "\n";
-    out << "\n'fedgate-node help COMMAND' shows a command's options.\n"
-        << "Exit status: 0 success; 1 the gateway refused, answered negatively or did not reply;\n"
+    cli::print_all_examples(out, kCommands);
+    cli::print_help_hint(out, kProgram);
+    out << "Exit status: 0 success; 1 the gateway refused, answered negatively or did not reply;\n"
         << "2 bad command line (nothing was sent).\n";
 }
 
-po::options_description visible_options(const Command& c) {
-    po::options_description visible(std::string(c.name) + " options"), hidden;
-    po::positional_options_description positional;
-    if (c.options)
-        c.options(visible, hidden, positional);
-    return visible;
-}
-
-void print_command_usage(std::ostream& out, const Command& c) {
-    out << usage_line(c) << "\n";
-    auto visible = visible_options(c);
-    if (!visible.options().empty())
-        out << "\n" << visible;
-}
-
-void print_command_help(std::ostream& out, const Command& c) {
-    out << usage_line(c) << "\n\n" << c.summary << "\n";
-    po::options_description both;
-    auto visible = visible_options(c);
-    if (!visible.options().empty())
-        both.add(visible);
-    if (c.name != "help")
-        both.add(global_options());
-    if (!both.options().empty())
-        out << both;
+void print_command_help(std::ostream& out, const cli::CommandText& c) {
+    const bool with_globals = c.name != "help";  // as its usage line: see kProgram
+    const po::options_description globals = global_options();
+    cli::print_usage_and_options(out, kProgram, c, with_globals ? &globals : nullptr);
     if (c.name == "register")
         out << "\nWithout --once, fedgate-node prints one line 'registered ID epoch N', then heartbeats every\n"
                "--heartbeat-ms (default: what the gateway asks for, else 1000 ms); if the gateway has forgotten\n"
                "the process it registers again. SIGINT or SIGTERM deregisters and exits 0.\n";
-    if (c.name != "help") {
+    if (with_globals) {
         out << "\n";
         print_id_note(out);
     }
-    const auto examples = example_lines(c);
-    out << "\n" << (examples.size() == 1 ? "example:" : "examples:") << "\n";
-    for (const auto& e : examples)
-        out << "  " << e << "\n";
+    cli::print_command_examples(out, c);
 }
 
-int usage_error(std::ostream& err, const std::string& what, const Command* c) {
-    err << kProg << ": " << what << "\n";
-    if (c)
-        print_command_usage(err, *c);
-    else
-        print_general_usage(err);
-    return 2;
+int usage_error(std::ostream& err, const std::string& what, const cli::CommandText* c) {
+    return cli::usage_error(err, kProgram, kCommands, what, c);
 }
 
 // ---- argument checks -------------------------------------------------------------------------
@@ -275,19 +188,6 @@ std::optional<uint32_t> parse_ipv4(const std::string& s) {  // host order; dotte
     if (::inet_pton(AF_INET, s.c_str(), &a) != 1)
         return std::nullopt;
     return ntohl(a.s_addr);
-}
-
-std::optional<std::string> opt(const Invocation& inv, const char* name) {
-    if (!inv.vm.count(name))
-        return std::nullopt;
-    return inv.vm[name].as<std::string>();
-}
-
-std::string need(const Invocation& inv, std::string_view cmd, const char* name, std::string_view what) {
-    auto v = opt(inv, name);
-    if (!v)
-        throw UsageError(std::string(cmd) + ": missing --" + name + " (" + std::string(what) + ")");
-    return *v;
 }
 
 uint64_t check_uint(std::string_view cmd, const char* option, const std::string& v, uint64_t lo, uint64_t hi,
@@ -378,7 +278,7 @@ uint32_t random_epoch() {
 // errors; a socket that cannot be set up throws std::system_error (exit 1).
 NodeClient make_client(const Invocation& inv) {
     std::string gateway;
-    if (auto g = opt(inv, "gateway")) {
+    if (auto g = opt(inv.vm, "gateway")) {
         gateway = *g;
     } else {
         const char* env = std::getenv(kGatewayEnv);
@@ -393,19 +293,19 @@ NodeClient make_client(const Invocation& inv) {
                          "got " +
                          in_quotes(gateway));
     NodeClientOptions options;
-    if (auto b = opt(inv, "bind")) {
+    if (auto b = opt(inv.vm, "bind")) {
         const auto ip = parse_ipv4(*b);
         if (!ip)
             throw UsageError("--bind must be an IPv4 address such as 198.18.1.20, got " + in_quotes(*b));
         options.bind_ipv4 = *ip;
     }
-    if (auto t = opt(inv, "timeout-ms")) {
+    if (auto t = opt(inv.vm, "timeout-ms")) {
         const auto ms = parse_uint(*t, kTimeoutMsMin, kTimeoutMsMax);
         if (!ms)
             throw UsageError("--timeout-ms must be an integer 1..60000, got " + in_quotes(*t));
         options.timeout = std::chrono::milliseconds(*ms);
     }
-    if (auto t = opt(inv, "tries")) {
+    if (auto t = opt(inv.vm, "tries")) {
         const auto n = parse_uint(*t, kTriesMin, kTriesMax);
         if (!n)
             throw UsageError("--tries must be an integer 1..10, got " + in_quotes(*t));
@@ -514,19 +414,19 @@ int keep_registered(const Invocation& inv, NodeClient& client, const DmaAddress&
 int run_register(const Invocation& inv) {
     constexpr std::string_view cmd = "register";
     DmaAddress rec;
-    rec.pid = check_pid(cmd, "--pid", need(inv, cmd, "pid", "this process's ID, such as 2.7.42"));
-    rec.transport = check_transport(cmd, need(inv, cmd, "transport", "tcp or roce_v2"));
+    rec.pid = check_pid(cmd, "--pid", need(inv.vm, cmd, "pid", "this process's ID, such as 2.7.42"));
+    rec.transport = check_transport(cmd, need(inv.vm, cmd, "transport", "tcp or roce_v2"));
     const Endpoint listen =
-        check_listen(cmd, need(inv, cmd, "listen", "the IP:PORT this process accepts connections on"));
+        check_listen(cmd, need(inv.vm, cmd, "listen", "the IP:PORT this process accepts connections on"));
     rec.ipv4 = listen.ipv4;
     rec.port = listen.port;
-    const auto epoch = opt(inv, "epoch");
+    const auto epoch = opt(inv.vm, "epoch");
     rec.epoch = epoch ? static_cast<uint32_t>(check_uint(cmd, "epoch", *epoch, 0, UINT32_MAX)) : random_epoch();
-    const auto gid = opt(inv, "gid");
+    const auto gid = opt(inv.vm, "gid");
     rec.gid = gid ? check_gid(cmd, *gid) : ipv4_mapped_gid(listen.ipv4);
-    if (auto qpn = opt(inv, "qpn"))
+    if (auto qpn = opt(inv.vm, "qpn"))
         rec.qpn = static_cast<uint32_t>(check_uint(cmd, "qpn", *qpn, 0, kMaxQpn, true));
-    if (auto mtu = opt(inv, "mtu")) {
+    if (auto mtu = opt(inv.vm, "mtu")) {
         if (rec.transport == Transport::roce_v2) {
             const auto m = parse_uint(*mtu, 0, UINT16_MAX);
             if (!m || std::find(kRoceMtus.begin(), kRoceMtus.end(), *m) == kRoceMtus.end())
@@ -539,10 +439,10 @@ int run_register(const Invocation& inv) {
     } else {
         rec.mtu = rec.transport == Transport::roce_v2 ? kRoceDefaultMtu : 0;
     }
-    if (auto ttl = opt(inv, "ttl-s"))
+    if (auto ttl = opt(inv.vm, "ttl-s"))
         rec.ttl_s = static_cast<uint32_t>(check_uint(cmd, "ttl-s", *ttl, 0, UINT32_MAX));
     std::optional<uint32_t> heartbeat_ms;
-    if (auto hb = opt(inv, "heartbeat-ms"))
+    if (auto hb = opt(inv.vm, "heartbeat-ms"))
         heartbeat_ms = static_cast<uint32_t>(check_uint(cmd, "heartbeat-ms", *hb, kHeartbeatMsMin, kHeartbeatMsMax));
 
     NodeClient client = make_client(inv);
@@ -562,9 +462,9 @@ int run_register(const Invocation& inv) {
 
 int run_deregister(const Invocation& inv) {
     constexpr std::string_view cmd = "deregister";
-    const ProcessId pid = check_pid(cmd, "--pid", need(inv, cmd, "pid", "the registered process's ID"));
+    const ProcessId pid = check_pid(cmd, "--pid", need(inv.vm, cmd, "pid", "the registered process's ID"));
     const auto epoch =
-        static_cast<uint32_t>(check_uint(cmd, "epoch", need(inv, cmd, "epoch", "the epoch it registered with"), 0,
+        static_cast<uint32_t>(check_uint(cmd, "epoch", need(inv.vm, cmd, "epoch", "the epoch it registered with"), 0,
                                          UINT32_MAX));
     NodeClient client = make_client(inv);
     const RegResult r = client.deregister(pid, epoch);
@@ -645,99 +545,39 @@ int run_help(const Invocation& inv) {
         return 0;
     }
     const std::string topic = inv.vm["topic"].as<std::string>();
-    for (const auto& c : kCommands)
-        if (c.name == topic) {
-            print_command_help(inv.out, c);
-            return 0;
-        }
-    throw UsageError("help: unknown command " + in_quotes(topic));
+    const Command* c = cli::command_named(kCommands, topic);
+    if (!c)
+        throw UsageError("help: unknown command " + in_quotes(topic));
+    print_command_help(inv.out, *c);
+    return 0;
 }
 
 // ---- dispatch --------------------------------------------------------------------------------
 
-// Index of the first argument that is not a global option (or its value): where the command starts.
-size_t skip_global_options(const std::vector<std::string>& args) {
-    constexpr std::array kWithValue{"--gateway", "--bind", "--timeout-ms", "--tries"};
-    size_t i = 0;
-    while (i < args.size()) {
-        const std::string& a = args[i];
-        const bool with_value = std::find(kWithValue.begin(), kWithValue.end(), a) != kWithValue.end();
-        const bool joined = std::any_of(kWithValue.begin(), kWithValue.end(),
-                                        [&](const char* o) { return a.starts_with(std::string(o) + "="); });
-        if (with_value)
-            i += 2;
-        else if (joined || a == "--help" || a == "-h" || a == "--version")
-            i += 1;
-        else
-            break;
-    }
-    return i;
-}
-
 void print_version(std::ostream& out) { out << kProg << " " << FEDGATE_VERSION << "\n"; }
 
 int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err, int stop_fd) {
-    const size_t at = skip_global_options(args);
-    if (at >= args.size() || args[at].starts_with("-")) {
-        po::variables_map vm;
-        try {
-            po::store(po::command_line_parser(args)
-                          .options(global_options())
-                          .positional(po::positional_options_description{})
-                          .style(kParseStyle)
-                          .run(),
-                      vm);
-            po::notify(vm);
-        } catch (const po::error& e) {
-            return usage_error(err, e.what(), nullptr);
-        }
-        if (vm["help"].as<bool>()) {
-            print_help(out);
-            return 0;
-        }
-        if (vm["version"].as<bool>()) {
-            print_version(out);
-            return 0;
-        }
-        return usage_error(err, "no command given", nullptr);
-    }
-
-    const auto found = std::find_if(kCommands.begin(), kCommands.end(),
-                                    [&](const Command& c) { return c.name == args[at]; });
-    if (found == kCommands.end())
-        return usage_error(err, "unknown command " + in_quotes(args[at]), nullptr);
-    const Command* cmd = &*found;
-    args.erase(args.begin() + static_cast<long>(at));
-
-    po::options_description visible(std::string(cmd->name) + " options"), hidden;
-    po::positional_options_description positional;
-    if (cmd->options)
-        cmd->options(visible, hidden, positional);
-    hidden.add_options()("unexpected", po::value<std::vector<std::string>>(), "");
-    positional.add("unexpected", -1);
-    po::options_description all;
-    all.add(global_options()).add(visible).add(hidden);
-
-    po::variables_map vm;
+    cli::CommandLine<Command> line;
     try {
-        po::store(po::command_line_parser(args).options(all).positional(positional).style(kParseStyle).run(), vm);
-        po::notify(vm);
-    } catch (const po::error& e) {
-        return usage_error(err, std::string(cmd->name) + ": " + e.what(), cmd);
+        line = cli::parse_command_line(std::move(args), kCommands, global_options());
+    } catch (const UsageError& e) {
+        return usage_error(err, e.what(), e.command);
     }
-    if (vm.count("unexpected"))
-        return usage_error(err,
-                           std::string(cmd->name) + ": unexpected argument " +
-                               in_quotes(vm["unexpected"].as<std::vector<std::string>>().front()),
-                           cmd);
+    const Command* cmd = line.command;  // every name is one word, so `line.group` stays empty
+    const po::variables_map& vm = line.vm;
     if (vm["help"].as<bool>()) {
-        print_command_help(out, *cmd);
+        if (cmd)
+            print_command_help(out, *cmd);
+        else
+            print_help(out);
         return 0;
     }
     if (vm["version"].as<bool>()) {
         print_version(out);
         return 0;
     }
+    if (!cmd)
+        return usage_error(err, "no command given", nullptr);
 
     const Invocation inv{vm, out, err, stop_fd};
     try {
@@ -750,11 +590,8 @@ int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err
 }  // namespace
 
 int run_fedgate_node(int argc, char** argv, std::ostream& out, std::ostream& err, int stop_fd) {
-    std::vector<std::string> args;
-    for (int i = 1; i < argc; ++i)
-        args.emplace_back(argv[i]);
     try {
-        return dispatch(std::move(args), out, err, stop_fd);
+        return dispatch(cli::arguments(argc, argv), out, err, stop_fd);
     } catch (const std::exception& e) {  // the socket could not be set up, or worse
         err << kProg << ": " << e.what() << "\n";
         return 1;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +21,7 @@
 
 #include "controlplane/config.hpp"  // kDefaultSocket, shared with fedgated; header-only constants
 #include "dataplane/resolve_wire.hpp"  // process IDs; DPDK-free
+#include "tools/command_table.hpp"
 #include "tools/mgmt_client.hpp"
 
 namespace fedgate {
@@ -30,8 +30,14 @@ namespace {
 namespace po = boost::program_options;
 using Json = nlohmann::ordered_json;
 using namespace std::chrono_literals;
+using cli::in_quotes;
+using cli::join;
+using cli::need;
+using cli::opt;
+using cli::UsageError;
 
 constexpr std::string_view kProg = "fedgatectl";
+constexpr cli::Program kProgram{kProg, "[--socket PATH] [--json]"};
 constexpr const char* kSocketEnv = "FEDGATE_SOCKET";  // overrides kDefaultSocket as --socket's default
 constexpr std::chrono::milliseconds kCallTimeout = 10s;  // for a daemon that accepts and then hangs
 constexpr int kPingCountMin = 1;
@@ -41,13 +47,6 @@ constexpr int kPingTimeoutMsMin = 1;
 constexpr int kPingTimeoutMsMax = 60'000;
 constexpr int kPingTimeoutMsDefault = 1000;
 
-// Guessing would let `--sock X` through boost while our command-word scan does not know it.
-constexpr int kParseStyle = po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
-
-// Bad command line, found before anything is sent: exit 2 with the usage.
-struct UsageError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
 // The daemon answered ok:false: exit 1 with its message.
 struct RefusedError : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -60,18 +59,8 @@ struct Invocation {
     std::ostream& out;
 };
 
-// One entry per command; a new command is one more row in kCommands.
-struct Command {
-    std::string_view name;             // the words typed: "status", later "map add"
-    std::string_view operands;         // positional arguments: "ADDR"
-    std::string_view option_synopsis;  // "[--count N] [--timeout-ms MS]"
-    std::string_view summary;          // one line in the command list
-    std::string_view example;          // full command lines, one per line
-    // Adds the command's options; positional operands are declared in `hidden` and `positional`.
-    void (*options)(po::options_description& visible, po::options_description& hidden,
-                    po::positional_options_description& positional);
-    int (*run)(const Invocation&);
-};
+// {name, operands, option synopsis, summary, examples, options, handler}; see command_table.hpp.
+using Command = cli::Command<Invocation>;
 
 void ping_options(po::options_description&, po::options_description&, po::positional_options_description&);
 void map_add_import_options(po::options_description&, po::options_description&,
@@ -164,30 +153,6 @@ constexpr std::array kGroups{
 };
 
 // ---- text helpers ----------------------------------------------------------------------------
-
-std::vector<std::string> words(std::string_view s) {
-    std::vector<std::string> out;
-    size_t i = 0;
-    while (i < s.size()) {
-        size_t j = s.find(' ', i);
-        if (j == std::string_view::npos)
-            j = s.size();
-        if (j > i)
-            out.emplace_back(s.substr(i, j - i));
-        i = j + 1;
-    }
-    return out;
-}
-
-std::string join(const std::vector<std::string>& parts, std::string_view sep) {
-    std::string out;
-    for (const auto& p : parts) {
-        if (!out.empty())
-            out += sep;
-        out += p;
-    }
-    return out;
-}
 
 const Json& member(const Json& obj, const char* key) {
     static const Json missing;
@@ -350,106 +315,38 @@ po::options_description global_options() {
     return d;
 }
 
-std::vector<std::string> example_lines(const Command& c) {
-    std::vector<std::string> out;
-    std::string_view rest = c.example;
-    while (!rest.empty()) {
-        const size_t nl = rest.find('\n');
-        out.emplace_back(rest.substr(0, nl));
-        rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
-    }
-    return out;
-}
-
-std::string usage_line(const Command& c) {
-    std::string s = "usage: fedgatectl [--socket PATH] [--json] " + std::string(c.name);
-    if (!c.operands.empty())
-        s += " " + std::string(c.operands);
-    if (!c.option_synopsis.empty())
-        s += " " + std::string(c.option_synopsis);
-    return s;
-}
-
-std::string list_name(const Command& c) {
-    return c.operands.empty() ? std::string(c.name) : std::string(c.name) + " " + std::string(c.operands);
-}
-
-void print_command_list(std::ostream& out) {
-    Table t(false, "  ");
-    for (const auto& c : kCommands)
-        t.row({list_name(c), std::string(c.summary)});
-    t.print(out);
-}
-
-void print_general_usage(std::ostream& out) {
-    out << "usage: fedgatectl [--socket PATH] [--json] COMMAND [ARGS]\n\ncommands:\n";
-    print_command_list(out);
-    out << "\n'fedgatectl help COMMAND' shows a command's options.\n";
-}
-
 void print_socket_default(std::ostream& out) {
     out << "PATH defaults to $" << kSocketEnv << " if set, else " << kDefaultSocket << ".\n";
 }
 
 void print_help(std::ostream& out) {
-    out << "fedgatectl: control a running fedgated through its management socket\n\n"
-        << "usage: fedgatectl [--socket PATH] [--json] COMMAND [ARGS]\n\ncommands:\n";
-    print_command_list(out);
+    out << "fedgatectl: control a running fedgated through its management socket\n\n";
+    cli::print_commands(out, kProgram, kCommands);
     out << "\n" << global_options();
     print_socket_default(out);
-    out << "\nexamples:\n";
-    for (const auto& c : kCommands)
-        for (const auto& e : example_lines(c))
-            out << "  " << e << "\n";
-    out << "\n'fedgatectl help COMMAND' shows a command's options.\n"
-        << "Exit status: 0 success; 1 fedgated unreachable or refused the request (ping: no reply);\n"
+    cli::print_all_examples(out, kCommands);
+    cli::print_help_hint(out, kProgram);
+    out << "Exit status: 0 success; 1 fedgated unreachable or refused the request (ping: no reply);\n"
         << "2 bad command line (nothing was sent).\n";
 }
 
-po::options_description visible_options(const Command& c) {
-    po::options_description visible(std::string(c.name) + " options"), hidden;
-    po::positional_options_description positional;
-    if (c.options)
-        c.options(visible, hidden, positional);
-    return visible;
-}
-
-void print_command_usage(std::ostream& out, const Command& c) {
-    out << usage_line(c) << "\n";
-    auto visible = visible_options(c);
-    if (!visible.options().empty())
-        out << "\n" << visible;
-}
-
 // `with_globals` false leaves the global options out, for a group that prints them once at the end.
-void print_command_help(std::ostream& out, const Command& c, bool with_globals = true) {
-    out << usage_line(c) << "\n\n" << c.summary << "\n";
-    // One description holding both groups so boost aligns their columns alike.
-    po::options_description both;
-    auto visible = visible_options(c);
-    if (!visible.options().empty())
-        both.add(visible);
-    if (with_globals)
-        both.add(global_options());
-    if (!both.options().empty())
-        out << both;
+void print_command_help(std::ostream& out, const cli::CommandText& c, bool with_globals = true) {
+    const po::options_description globals = global_options();
+    cli::print_usage_and_options(out, kProgram, c, with_globals ? &globals : nullptr);
     if (with_globals)
         print_socket_default(out);
-    const auto examples = example_lines(c);
-    out << "\n" << (examples.size() == 1 ? "example:" : "examples:") << "\n";
-    for (const auto& e : examples)
-        out << "  " << e << "\n";
+    cli::print_command_examples(out, c);
 }
 
 // Help for `topic`: one command (exact name), or every command whose name starts with the words of
 // `topic`, under the group's description, with the global options once at the end. False when no
 // command matches.
 bool print_topic_help(std::ostream& out, const std::string& topic) {
-    for (const auto& c : kCommands)
-        if (c.name == topic) {
-            print_command_help(out, c);
-            return true;
-        }
+    if (const Command* c = cli::command_named(kCommands, topic)) {
+        print_command_help(out, *c);
+        return true;
+    }
     std::vector<const Command*> matches;
     for (const auto& c : kCommands)
         if (std::string_view(c.name).starts_with(topic + " "))
@@ -469,13 +366,8 @@ bool print_topic_help(std::ostream& out, const std::string& topic) {
     return true;
 }
 
-int usage_error(std::ostream& err, const std::string& what, const Command* c) {
-    err << kProg << ": " << what << "\n";
-    if (c)
-        print_command_usage(err, *c);
-    else
-        print_general_usage(err);
-    return 2;
+int usage_error(std::ostream& err, const std::string& what, const cli::CommandText* c) {
+    return cli::usage_error(err, kProgram, kCommands, what, c);
 }
 
 // ---- talking to the daemon -------------------------------------------------------------------
@@ -782,47 +674,32 @@ std::string ipv4_text(uint32_t host_order) {
     return ::inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
 }
 
-// The named option's value, or nothing when it was not given.
-std::optional<std::string> opt(const Invocation& inv, const char* name) {
-    if (!inv.vm.count(name))
-        return std::nullopt;
-    return inv.vm[name].as<std::string>();
-}
-
 std::vector<std::string> opt_list(const Invocation& inv, const char* name) {
     if (!inv.vm.count(name))
         return {};
     return inv.vm[name].as<std::vector<std::string>>();
 }
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
-
 // Each check takes the command's name for the message and the option's value; a missing
-// mandatory option is "CMD: missing --OPTION (...)".
-std::string need(const Invocation& inv, std::string_view cmd, const char* name, std::string_view what) {
-    auto v = opt(inv, name);
-    if (!v)
-        throw UsageError(std::string(cmd) + ": missing --" + name + " (" + std::string(what) + ")");
-    return *v;
-}
+// mandatory option is "CMD: missing --OPTION (...)" (cli::need).
 
 std::string check_proto(std::string_view cmd, const std::string& v) {
     if (v != "tcp" && v != "udp")
-        throw UsageError(std::string(cmd) + ": --proto must be tcp or udp, got " + quoted(v));
+        throw UsageError(std::string(cmd) + ": --proto must be tcp or udp, got " + in_quotes(v));
     return v;
 }
 
 int check_port(std::string_view cmd, const char* option, const std::string& v) {
     auto port = parse_int(v, kPortMin, kPortMax);
     if (!port)
-        throw UsageError(std::string(cmd) + ": --" + option + " must be an integer 1..65535, got " + quoted(v));
+        throw UsageError(std::string(cmd) + ": --" + option + " must be an integer 1..65535, got " + in_quotes(v));
     return *port;
 }
 
 std::string check_name(std::string_view cmd, const char* option, const std::string& v) {
     if (!valid_name(v))
         throw UsageError(std::string(cmd) + ": --" + option +
-                         " must be 1-32 characters of A-Z a-z 0-9 _ -, got " + quoted(v));
+                         " must be 1-32 characters of A-Z a-z 0-9 _ -, got " + in_quotes(v));
     return v;
 }
 
@@ -833,7 +710,7 @@ std::string check_cidr(std::string_view cmd, const std::string& v) {
     const auto len = slash == std::string::npos ? std::nullopt : parse_int(v.substr(slash + 1), 1, 32);
     if (!addr || !len)
         throw UsageError(std::string(cmd) + ": --allow must be an IPv4 prefix A.B.C.D/1..32 such as 198.18.1.0/24, got " +
-                         quoted(v));
+                         in_quotes(v));
     const uint32_t mask = *len == 32 ? 0xffffffffu : ~(0xffffffffu >> *len);
     if ((*addr & ~mask) != 0)
         throw UsageError(std::string(cmd) + ": --allow " + v + " has host bits set (the prefix is " +
@@ -846,13 +723,13 @@ std::string check_node(std::string_view cmd, const std::string& v) {
     if (colon == std::string::npos || !parse_ipv4(v.substr(0, colon)) ||
         !parse_int(v.substr(colon + 1), kPortMin, kPortMax))
         throw UsageError(std::string(cmd) + ": --node must be IP:PORT (port 1..65535) such as 198.18.2.10:80, got " +
-                         quoted(v));
+                         in_quotes(v));
     return v;
 }
 
 std::string check_kind(std::string_view cmd, const std::string& v) {
     if (v != "import" && v != "export")
-        throw UsageError(std::string(cmd) + ": KIND must be import or export, got " + quoted(v));
+        throw UsageError(std::string(cmd) + ": KIND must be import or export, got " + in_quotes(v));
     return v;
 }
 
@@ -934,11 +811,11 @@ int run_map_add_import(const Invocation& inv) {
     Json req = Json::object();
     req["cmd"] = "map_add";
     req["kind"] = "import";
-    req["cluster"] = check_name(cmd, "cluster", need(inv, cmd, "cluster", "the cluster ID"));
-    req["proto"] = check_proto(cmd, need(inv, cmd, "proto", "tcp or udp"));
-    req["port"] = check_port(cmd, "port", need(inv, cmd, "port", "the mapped port"));
-    req["peer"] = check_name(cmd, "peer", need(inv, cmd, "peer", "the peer party"));
-    req["peer_port"] = check_port(cmd, "peer-port", need(inv, cmd, "peer-port", "the peer's exported port"));
+    req["cluster"] = check_name(cmd, "cluster", need(inv.vm, cmd, "cluster", "the cluster ID"));
+    req["proto"] = check_proto(cmd, need(inv.vm, cmd, "proto", "tcp or udp"));
+    req["port"] = check_port(cmd, "port", need(inv.vm, cmd, "port", "the mapped port"));
+    req["peer"] = check_name(cmd, "peer", need(inv.vm, cmd, "peer", "the peer party"));
+    req["peer_port"] = check_port(cmd, "peer-port", need(inv.vm, cmd, "peer-port", "the peer's exported port"));
     Json allow = Json::array();
     for (const auto& a : opt_list(inv, "allow"))
         allow.push_back(check_cidr(cmd, a));
@@ -951,10 +828,10 @@ int run_map_add_export(const Invocation& inv) {
     Json req = Json::object();
     req["cmd"] = "map_add";
     req["kind"] = "export";
-    req["cluster"] = check_name(cmd, "cluster", need(inv, cmd, "cluster", "the cluster ID"));
-    req["proto"] = check_proto(cmd, need(inv, cmd, "proto", "tcp or udp"));
-    req["port"] = check_port(cmd, "port", need(inv, cmd, "port", "the external port"));
-    req["node"] = check_node(cmd, need(inv, cmd, "node", "the local node as IP:PORT"));
+    req["cluster"] = check_name(cmd, "cluster", need(inv.vm, cmd, "cluster", "the cluster ID"));
+    req["proto"] = check_proto(cmd, need(inv.vm, cmd, "proto", "tcp or udp"));
+    req["port"] = check_port(cmd, "port", need(inv.vm, cmd, "port", "the external port"));
+    req["node"] = check_node(cmd, need(inv.vm, cmd, "node", "the local node as IP:PORT"));
     Json parties = Json::array();
     for (const auto& p : opt_list(inv, "allow-party"))
         parties.push_back(check_name(cmd, "allow-party", p));
@@ -964,12 +841,12 @@ int run_map_add_export(const Invocation& inv) {
 
 int run_map_del(const Invocation& inv) {
     constexpr std::string_view cmd = "map del";
-    const auto kind = opt(inv, "kind");
+    const auto kind = opt(inv.vm, "kind");
     if (kind)
         check_kind(cmd, *kind);
-    const auto cluster = opt(inv, "cluster");
-    const auto proto = opt(inv, "proto");
-    const auto port = opt(inv, "port");
+    const auto cluster = opt(inv.vm, "cluster");
+    const auto proto = opt(inv.vm, "proto");
+    const auto port = opt(inv.vm, "port");
 
     Json req = Json::object();
     req["cmd"] = "map_del";
@@ -1037,7 +914,7 @@ void print_mappings(std::ostream& out, const char* title, const Json& list, bool
 int run_map_list(const Invocation& inv) {
     Json req = Json::object();
     req["cmd"] = "map_list";
-    if (auto cluster = opt(inv, "cluster"))
+    if (auto cluster = opt(inv.vm, "cluster"))
         req["cluster"] = check_name("map list", "cluster", *cluster);
     Json r = call(inv, req);
     if (inv.json) {
@@ -1053,7 +930,7 @@ int run_map_list(const Invocation& inv) {
 int run_map_nft(const Invocation& inv) {
     Json req = Json::object();
     req["cmd"] = "map_nft";
-    if (auto cluster = opt(inv, "cluster"))
+    if (auto cluster = opt(inv.vm, "cluster"))
         req["cluster"] = check_name("map nft", "cluster", *cluster);
     Json r = call(inv, req);
     if (inv.json) {
@@ -1082,7 +959,7 @@ int run_session_list(const Invocation& inv) {
     const std::string limit_text = inv.vm["limit"].as<std::string>();
     const auto limit = parse_int(limit_text, kSessionLimitMin, kSessionLimitMax);
     if (!limit)
-        throw UsageError(std::string(cmd) + ": --limit must be an integer 1..100000, got " + quoted(limit_text));
+        throw UsageError(std::string(cmd) + ": --limit must be an integer 1..100000, got " + in_quotes(limit_text));
     Json req = Json::object();
     req["cmd"] = "session_list";
     req["limit"] = *limit;
@@ -1143,7 +1020,7 @@ std::string pid_argument(const Invocation& inv, std::string_view cmd) {
     const bool ok = parsed && parsed->value != 0;
     if (!ok)
         throw UsageError(std::string(cmd) + ": PID must be PARTY.NODE.LOCAL (16.16.32 bits, decimal) or 0xHEX, got " +
-                         quoted(pid));
+                         in_quotes(pid));
     return pid;
 }
 
@@ -1160,7 +1037,7 @@ int run_dir_list(const Invocation& inv) {
     const std::string limit_text = inv.vm["limit"].as<std::string>();
     const auto limit = parse_int(limit_text, 1, kDirLimitMax);
     if (!limit)
-        throw UsageError(std::string(cmd) + ": --limit must be an integer 1..100000, got " + quoted(limit_text));
+        throw UsageError(std::string(cmd) + ": --limit must be an integer 1..100000, got " + in_quotes(limit_text));
     Json req = {{"cmd", "dir_list"}, {"which", local ? "local" : remote ? "remote" : "all"}, {"limit", *limit}};
     Json r = call(inv, req);
     if (inv.json) {
@@ -1238,126 +1115,33 @@ int run_help(const Invocation& inv) {
 
 // ---- dispatch --------------------------------------------------------------------------------
 
-// Index of the first argument that is not a global option (or its value): where the command starts.
-size_t skip_global_options(const std::vector<std::string>& args) {
-    size_t i = 0;
-    while (i < args.size()) {
-        const std::string& a = args[i];
-        if (a == "--socket")
-            i += 2;
-        else if (a.starts_with("--socket=") || a == "--json" || a == "--help" || a == "-h")
-            i += 1;
-        else
-            break;
-    }
-    return i;
-}
-
 std::string default_socket() {
     const char* env = std::getenv(kSocketEnv);
     return env && *env ? env : kDefaultSocket;
 }
 
 int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err) {
-    const size_t at = skip_global_options(args);
-    if (at >= args.size() || args[at].starts_with("-")) {
-        // No command word: only global options, or a mistake among them.
-        po::variables_map vm;
-        try {
-            po::store(po::command_line_parser(args)
-                          .options(global_options())
-                          .positional(po::positional_options_description{})
-                          .style(kParseStyle)
-                          .run(),
-                      vm);
-            po::notify(vm);
-        } catch (const po::error& e) {
-            return usage_error(err, e.what(), nullptr);
-        }
-        if (vm["help"].as<bool>()) {
-            print_help(out);
-            return 0;
-        }
-        return usage_error(err, "no command given", nullptr);
-    }
-
-    // The longest command whose words start at `at`: "map add" wins over a future "map".
-    const Command* cmd = nullptr;
-    size_t cmd_words = 0;
-    for (const auto& c : kCommands) {
-        const auto w = words(c.name);
-        if (at + w.size() <= args.size() && std::equal(w.begin(), w.end(), args.begin() + at) &&
-            w.size() > cmd_words) {
-            cmd = &c;
-            cmd_words = w.size();
-        }
-    }
-    if (!cmd) {
-        // The longest run of words that starts some longer command ("map", "map add"), and the
-        // words that may follow it.
-        size_t prefix_words = 0;
-        std::vector<std::string> subs;
-        for (const auto& c : kCommands) {
-            const auto w = words(c.name);
-            size_t n = 0;
-            while (n + 1 < w.size() && at + n < args.size() && w[n] == args[at + n])
-                ++n;
-            if (n == 0 || n < prefix_words)
-                continue;
-            if (n > prefix_words) {
-                prefix_words = n;
-                subs.clear();
-            }
-            if (std::find(subs.begin(), subs.end(), w[n]) == subs.end())
-                subs.push_back(w[n]);
-        }
-        if (subs.empty())
-            return usage_error(err, "unknown command '" + args[at] + "'", nullptr);
-        const std::string group = join({args.begin() + static_cast<long>(at),
-                                        args.begin() + static_cast<long>(at + prefix_words)},
-                                       " ");
-        const auto rest = args.begin() + static_cast<long>(at + prefix_words);
-        if (std::find_if(rest, args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; }) !=
-            args.end()) {
-            print_topic_help(out, group);
-            return 0;
-        }
-        if (rest != args.end() && !rest->starts_with("-"))
-            return usage_error(err,
-                               "unknown command '" + group + " " + *rest + "' ('" + group +
-                                   "' needs one of: " + join(subs, ", ") + ")",
-                               nullptr);
-        return usage_error(err, "'" + group + "' needs one of: " + join(subs, ", "), nullptr);
-    }
-    args.erase(args.begin() + static_cast<long>(at), args.begin() + static_cast<long>(at + cmd_words));
-
-    po::options_description visible(std::string(cmd->name) + " options"), hidden;
-    po::positional_options_description positional;
-    if (cmd->options)
-        cmd->options(visible, hidden, positional);
-    if (positional.max_total_count() != UINT_MAX) {
-        hidden.add_options()("unexpected", po::value<std::vector<std::string>>(), "");
-        positional.add("unexpected", -1);
-    }
-    po::options_description all;
-    all.add(global_options()).add(visible).add(hidden);
-
-    po::variables_map vm;
+    cli::CommandLine<Command> line;
     try {
-        po::store(po::command_line_parser(args).options(all).positional(positional).style(kParseStyle).run(), vm);
-        po::notify(vm);
-    } catch (const po::error& e) {
-        return usage_error(err, std::string(cmd->name) + ": " + e.what(), cmd);
+        line = cli::parse_command_line(std::move(args), kCommands, global_options());
+    } catch (const UsageError& e) {
+        return usage_error(err, e.what(), e.command);
     }
-    if (vm.count("unexpected"))
-        return usage_error(err,
-                           std::string(cmd->name) + ": unexpected argument '" +
-                               vm["unexpected"].as<std::vector<std::string>>().front() + "'",
-                           cmd);
-    if (vm["help"].as<bool>()) {
-        print_command_help(out, *cmd);
+    if (!line.group.empty()) {  // `map --help` explains every `map ...` command
+        print_topic_help(out, line.group);
         return 0;
     }
+    const Command* cmd = line.command;
+    const po::variables_map& vm = line.vm;
+    if (vm["help"].as<bool>()) {
+        if (cmd)
+            print_command_help(out, *cmd);
+        else
+            print_help(out);
+        return 0;
+    }
+    if (!cmd)
+        return usage_error(err, "no command given", nullptr);
 
     Invocation inv{vm.count("socket") ? vm["socket"].as<std::string>() : default_socket(), vm["json"].as<bool>(),
                    vm, out};
@@ -1380,11 +1164,8 @@ int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err
 }  // namespace
 
 int run_fedgatectl(int argc, char** argv, std::ostream& out, std::ostream& err) {
-    std::vector<std::string> args;
-    for (int i = 1; i < argc; ++i)
-        args.emplace_back(argv[i]);
     try {
-        return dispatch(std::move(args), out, err);
+        return dispatch(cli::arguments(argc, argv), out, err);
     } catch (const std::exception& e) {
         err << kProg << ": " << e.what() << "\n";
         return 1;
