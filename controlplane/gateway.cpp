@@ -26,6 +26,7 @@
 #include "controlplane/pinger.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/resolution.hpp"
+#include "controlplane/telemetry.hpp"
 
 #include <rte_udp.h>
 
@@ -226,9 +227,13 @@ void Gateway::start() {
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
     mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::ordered_json& r) { return handle(r); },
                                          control_arena());
+
+    // DPDK telemetry (/fedgate/...): the same management requests, fitted to telemetry's limits.
+    telemetry_attach([this](const nlohmann::ordered_json& r) { return handle(r); });
 }
 
 void Gateway::stop() {
+    telemetry_detach();  // first: waits for telemetry replies in flight, then none reach what goes below
     stop_control_.store(true);
     if (pinger_) pinger_->cancel();  // a ping in flight must not hold up the shutdown
     if (mgmt_) mgmt_->stop();
@@ -248,7 +253,13 @@ void Gateway::stop() {
         while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
         rte_ring_free(r);
     }
-    rte_ring_free(requests_);  // requests left in it belong to callers that timed out; they leak by design
+    // Requests still in the ring belong to callers that gave up waiting (the lcore stopped first);
+    // nobody else holds them now.
+    if (requests_ != nullptr) {
+        void* r;
+        while (rte_ring_dequeue(requests_, &r) == 0) delete static_cast<DpRequest*>(r);
+    }
+    rte_ring_free(requests_);
     rte_ring_free(events_);
     punt_ = inject_ = requests_ = events_ = nullptr;
     for (const PortHandle& p : ports_) close_port(p);

@@ -12,6 +12,8 @@ PKGS=(
   libpcap-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   # test topology and traffic
   iproute2 iputils-ping ethtool procps python3 python3-grpcio iperf3 curl nftables
+  # the service and man pages: systemd-analyze verify, groff and man to render them
+  systemd groff-base man-db
 )
 
 missing=()
