@@ -38,13 +38,11 @@ constexpr unsigned kRingSize = 1024;
 constexpr unsigned kPuntRingSize = 4096;
 constexpr unsigned kRequestRingSize = 64;
 constexpr uint32_t kDataplaneThreads = 1;  // RCU readers: the data-plane lcores
-constexpr uint32_t kMaxSessionList = 100'000;
 constexpr auto kRequestTimeout = std::chrono::seconds(5);
 constexpr unsigned kMempoolCache = 256;
 constexpr uint32_t kMaxPingCount = 100;
 constexpr uint32_t kMaxPingTimeoutMs = 60'000;
 constexpr unsigned kEventRingSize = 4096;
-constexpr uint32_t kMaxDirList = 100'000;
 constexpr uint32_t kResolveTickMs = 10;
 
 std::string mac_str(const rte_ether_addr& a) {
@@ -461,14 +459,17 @@ nlohmann::ordered_json Gateway::stats() const {
     };
 }
 
+// A listing's "limit": 1..kMaxListed, 1000 when absent.
+static uint32_t limit_arg(const nlohmann::ordered_json& req) {
+    if (!req.contains("limit")) return 1000;
+    const auto& v = req["limit"];
+    if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > kMaxListed)
+        throw MgmtError("limit: must be an integer 1.." + std::to_string(kMaxListed));
+    return v.get<uint32_t>();
+}
+
 nlohmann::ordered_json Gateway::session_list(const nlohmann::ordered_json& req) {
-    uint32_t limit = 1000;
-    if (req.contains("limit")) {
-        const auto& v = req["limit"];
-        if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > kMaxSessionList)
-            throw MgmtError("limit: must be an integer 1.." + std::to_string(kMaxSessionList));
-        limit = v.get<uint32_t>();
-    }
+    const uint32_t limit = limit_arg(req);
     // Only the lcore may read its sessions: ask it, and wait for the answer.
     auto req_in = std::make_unique<DpRequest>();
     req_in->kind = DpRequest::Kind::session_dump;
@@ -543,13 +544,7 @@ nlohmann::ordered_json Gateway::dir(const nlohmann::ordered_json& req) {
     const std::string which = req.contains("which") && req["which"].is_string() ? req["which"].get<std::string>() : "all";
     if (which != "all" && which != "local" && which != "remote")
         throw MgmtError("dir list: \"which\" must be \"all\", \"local\" or \"remote\"");
-    uint32_t limit = 1000;
-    if (req.contains("limit")) {
-        const auto& v = req["limit"];
-        if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > kMaxDirList)
-            throw MgmtError("limit: must be an integer 1.." + std::to_string(kMaxDirList));
-        limit = v.get<uint32_t>();
-    }
+    const uint32_t limit = limit_arg(req);
     return resolution_->dir_list(which != "remote", which != "local", limit, now_ms());
 }
 

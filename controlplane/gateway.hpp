@@ -30,6 +30,9 @@ class PortMapTable;
 class ResolutionService;
 class ResolveCache;
 
+// The most entries one listing request (session_list, dir_list) returns; telemetry pages within it.
+inline constexpr uint32_t kMaxListed = 100'000;
+
 class Gateway {
 public:
     explicit Gateway(Config cfg);

@@ -14,6 +14,7 @@
 #include <shared_mutex>
 #include <string>
 
+#include "controlplane/gateway.hpp"  // kMaxListed: the most one listing returns
 #include "controlplane/log.hpp"
 
 namespace fedgate {
@@ -29,8 +30,6 @@ constexpr std::size_t kMaxLoneString = RTE_TEL_MAX_SINGLE_STRING_LEN - 1;
 constexpr std::string_view kTruncated = "truncated";
 // What `,"truncated":1` adds to an object; every object keeps room for it.
 constexpr std::size_t kTruncatedEntry = 1 + 2 + kTruncated.size() + 1 + 1;
-// Gateway::handle lists at most this many sessions or directory entries (kMaxSessionList, kMaxDirList).
-constexpr std::size_t kMaxListed = 100'000;
 
 bool key_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '/';
@@ -415,7 +414,7 @@ json maps_reply(std::size_t offset, const TelemetryHandler& handler) {
 }
 
 json sessions_reply(std::size_t offset, const TelemetryHandler& handler) {
-    const json list = handler({{"cmd", "session_list"}, {"limit", std::min(offset + kTelemetryPage, kMaxListed)}});
+    const json list = handler({{"cmd", "session_list"}, {"limit", std::min<std::size_t>(offset + kTelemetryPage, kMaxListed)}});
     const json stats = handler({{"cmd", "stats"}});
     const std::size_t total = list.value("total", std::size_t{0});
     json head = {{"total", total}};
@@ -424,7 +423,7 @@ json sessions_reply(std::size_t offset, const TelemetryHandler& handler) {
 }
 
 json dir_reply(std::size_t offset, const TelemetryHandler& handler) {
-    const json list = handler({{"cmd", "dir_list"}, {"limit", std::min(offset + kTelemetryPage, kMaxListed)}});
+    const json list = handler({{"cmd", "dir_list"}, {"limit", std::min<std::size_t>(offset + kTelemetryPage, kMaxListed)}});
     const json stats = handler({{"cmd", "stats"}});
     const std::size_t total = list.value("total", std::size_t{0});
     json head = {{"total", total}};
