@@ -1,6 +1,8 @@
 // Encoding, decoding and checking of the resolution service's wire formats (no DPDK).
 #include "dataplane/resolve_wire.hpp"
 
+#include "dataplane/conn_wire.hpp"
+
 #include <charconv>
 #include <cstring>
 
@@ -105,6 +107,12 @@ const char* msg_type_name(MsgType t) {
     case MsgType::withdraw: return "withdraw";
     case MsgType::ack: return "ack";
     case MsgType::sync: return "sync";
+    case MsgType::conn_req: return "conn_req";
+    case MsgType::conn_rep: return "conn_rep";
+    case MsgType::conn_rtu: return "conn_rtu";
+    case MsgType::hs_req: return "hs_req";
+    case MsgType::hs_rep: return "hs_rep";
+    case MsgType::hs_rtu: return "hs_rtu";
     }
     return "?";
 }
@@ -123,6 +131,12 @@ std::size_t fixed_body_size(MsgType t) {
     case MsgType::withdraw: return 0;
     case MsgType::ack: return sizeof(AckBody);
     case MsgType::sync: return sizeof(SyncBody);
+    case MsgType::conn_req:
+    case MsgType::conn_rep:
+    case MsgType::conn_rtu:
+    case MsgType::hs_req:
+    case MsgType::hs_rep:
+    case MsgType::hs_rtu: return sizeof(ConnBody);
     }
     return 0;
 }
@@ -153,7 +167,7 @@ const char* wire_error_name(WireError e) {
 
 namespace {
 
-bool known_type(uint8_t t) { return (t >= 1 && t <= 6) || (t >= 16 && t <= 21); }
+bool known_type(uint8_t t) { return (t >= 1 && t <= 9) || (t >= 16 && t <= 24); }
 
 // Stream bodies: the header, then `count` whole entries of the message's kind, nothing more.
 bool stream_body_ok(MsgType t, std::span<const uint8_t> body) {
@@ -229,6 +243,87 @@ const char* answer_source_name(AnswerSource s) {
     case AnswerSource::negative_cache: return "negative_cache";
     }
     return "?";
+}
+
+}  // namespace fedgate
+
+// ---------------------------------------------------------------------------------------------
+// The connection handshake (conn_wire.hpp).
+
+namespace fedgate {
+
+const char* conn_status_name(ConnStatus s) {
+    switch (s) {
+    case ConnStatus::ok: return "ok";
+    case ConnStatus::unknown_initiator: return "unknown_initiator";
+    case ConnStatus::unknown_target: return "unknown_target";
+    case ConnStatus::not_listening: return "not_listening";
+    case ConnStatus::transport_mismatch: return "transport_mismatch";
+    case ConnStatus::no_peer: return "no_peer";
+    case ConnStatus::busy: return "busy";
+    case ConnStatus::no_mapping: return "no_mapping";
+    case ConnStatus::bad_request: return "bad_request";
+    case ConnStatus::wrong_party: return "wrong_party";
+    }
+    return "?";
+}
+
+uint8_t transport_cap(Transport t) { return t == Transport::roce_v2 ? kCapRdma : kCapTcp; }
+
+std::optional<Transport> choose_transport(uint8_t caps_a, uint8_t caps_b) {
+    const uint8_t both = caps_a & caps_b;
+    if (both & kCapRdma) return Transport::roce_v2;
+    if (both & kCapTcp) return Transport::tcp;
+    return std::nullopt;
+}
+
+bool valid_rdma_mtu(uint16_t mtu) { return mtu == 256 || mtu == 512 || mtu == 1024 || mtu == 2048 || mtu == 4096; }
+
+uint16_t negotiate_mtu(uint16_t a, uint16_t b) {
+    if (a == 0) return b;
+    if (b == 0) return a;
+    return a < b ? a : b;
+}
+
+void encode(const ConnParams& p, ConnBody& w) {
+    std::memset(&w, 0, sizeof w);
+    store_be64(w.conn_id, p.conn_id);
+    store_be64(w.initiator, p.initiator.value);
+    store_be64(w.target, p.target.value);
+    w.status = static_cast<uint8_t>(p.status);
+    w.caps = p.caps;
+    store_be32(w.qpn, p.qpn);
+    store_be32(w.psn, p.psn);
+    store_be16(w.mtu, p.mtu);
+    store_be16(w.port, p.port);
+    store_be32(w.ipv4, p.ipv4);
+    std::memcpy(w.gid, p.gid.data(), sizeof w.gid);
+    store_be32(w.rkey, p.rkey);
+    store_be64(w.raddr, p.raddr);
+    store_be32(w.rlen, p.rlen);
+}
+
+std::optional<ConnParams> decode(const ConnBody& w) {
+    ConnParams p;
+    p.conn_id = load_be64(w.conn_id);
+    p.initiator = ProcessId{load_be64(w.initiator)};
+    p.target = ProcessId{load_be64(w.target)};
+    if (p.conn_id == 0 || p.initiator.value == 0 || p.target.value == 0) return std::nullopt;
+    if (w.status > static_cast<uint8_t>(ConnStatus::wrong_party)) return std::nullopt;
+    p.status = static_cast<ConnStatus>(w.status);
+    if ((w.caps & ~kCapAll) != 0 || w.reserved[0] != 0 || w.reserved[1] != 0) return std::nullopt;
+    p.caps = w.caps;
+    p.qpn = load_be32(w.qpn);
+    p.psn = load_be32(w.psn);
+    if (p.qpn > kMaxQpn || p.psn > kMaxPsn) return std::nullopt;
+    p.mtu = load_be16(w.mtu);
+    p.port = load_be16(w.port);
+    p.ipv4 = load_be32(w.ipv4);
+    std::memcpy(p.gid.data(), w.gid, sizeof w.gid);
+    p.rkey = load_be32(w.rkey);
+    p.raddr = load_be64(w.raddr);
+    p.rlen = load_be32(w.rlen);
+    return p;
 }
 
 }  // namespace fedgate

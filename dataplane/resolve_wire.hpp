@@ -103,6 +103,11 @@ enum class MsgType : uint8_t {
     // Gateway -> compute process.
     reg_reply = 5,      // RegReplyBody
     resolve_reply = 6,  // ResolveReplyBody
+    // Connection handshake (conn_wire.hpp), between a compute process and its gateway, both ways:
+    // the initiator sends REQ and RTU and receives REP; the target receives REQ and RTU, sends REP.
+    conn_req = 7,  // ConnBody
+    conn_rep = 8,  // ConnBody
+    conn_rtu = 9,  // ConnBody
     // Gateway <-> gateway (external port). Every one carries a MAC.
     query = 16,     // QueryBody
     answer = 17,    // AnswerBody
@@ -110,6 +115,9 @@ enum class MsgType : uint8_t {
     withdraw = 19,  // StreamBody + ProcessRefBody[count]
     ack = 20,       // AckBody
     sync = 21,      // SyncBody
+    hs_req = 22,    // ConnBody: the handshake relayed from gateway to gateway
+    hs_rep = 23,    // ConnBody
+    hs_rtu = 24,    // ConnBody
 };
 constexpr bool is_peer_message(MsgType t) { return static_cast<uint8_t>(t) >= 16; }
 const char* msg_type_name(MsgType t);

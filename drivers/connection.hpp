@@ -1,0 +1,51 @@
+// A connection between two compute processes, set up by the handshake (conn_wire.hpp) and carried
+// by one backend: verbs (RDMA over RoCE v2) or tcp. Both backends offer the same byte stream, so a
+// program moves data the same way whichever transport the handshake chose.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "dataplane/resolve_wire.hpp"
+
+namespace fedgate {
+
+// A data-path failure (peer gone, QP in error, socket reset); what() says which and why.
+class ConnectionError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class Connection {
+public:
+    virtual ~Connection() = default;
+
+    // Sends every byte, blocking while the peer's window is full. Throws ConnectionError.
+    virtual void send_all(std::span<const uint8_t> data) = 0;
+    // Blocks until at least one byte has arrived; returns how many were copied into `buf`, 0 once
+    // the peer has closed its side and everything it sent has been read. Throws ConnectionError.
+    virtual std::size_t recv_some(std::span<uint8_t> buf) = 0;
+    // Says no more will be sent; the peer's recv_some returns 0 after the last byte.
+    virtual void shutdown_send() = 0;
+
+    virtual Transport transport() const = 0;
+    virtual uint64_t conn_id() const = 0;
+    virtual ProcessId local_pid() const = 0;
+    virtual ProcessId peer_pid() const = 0;
+
+    // Fills `buf` completely; false if the peer closed first.
+    bool recv_exact(std::span<uint8_t> buf) {
+        std::size_t got = 0;
+        while (got < buf.size()) {
+            const std::size_t n = recv_some(buf.subspan(got));
+            if (n == 0) return false;
+            got += n;
+        }
+        return true;
+    }
+};
+
+}  // namespace fedgate
