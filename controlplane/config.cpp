@@ -365,6 +365,21 @@ void read_resolve(const std::string& file, const toml::table& t, ResolveSettings
         r.fail("heartbeat_timeout_ms", "must be above heartbeat_ms (" + std::to_string(s.heartbeat_ms) + ")");
 }
 
+void read_connect(const std::string& file, const toml::table& t, ConnectSettings& s) {
+    TableReader r(file, t, "connect", {"auto_ports", "handshake_timeout_ms", "max_handshakes"});
+    if (auto range = r.string("auto_ports", false)) {
+        const auto dash = range->find('-');
+        const auto lo = dash == std::string::npos ? std::nullopt : parse_port(range->substr(0, dash));
+        const auto hi = dash == std::string::npos ? std::nullopt : parse_port(range->substr(dash + 1));
+        if (!lo || !hi || *lo > *hi || *lo < 1024)
+            r.fail("auto_ports", "'" + *range + "' must be LO-HI within 1024-65535");
+        s.auto_port_lo = *lo;
+        s.auto_port_hi = *hi;
+    }
+    r.uint("handshake_timeout_ms", s.handshake_timeout_ms, 100, 600'000);
+    r.uint("max_handshakes", s.max_handshakes, 1, 1 << 20);
+}
+
 Proto read_proto(TableReader& r) {
     const std::string p = *r.string("proto", true);
     if (p == "tcp") return Proto::tcp;
@@ -482,6 +497,15 @@ void check_whole(const std::string& file, const toml::table& root, Config& c) {
             .fail("port", std::to_string(c.resolve.port) + " lies inside nat.port_range " + std::to_string(c.nat.port_lo) +
                               "-" + std::to_string(c.nat.port_hi) + ", which session ports come from");
     }
+    const ConnectSettings& k = c.connect;
+    const toml::table empty;
+    const auto fail_connect = [&](const std::string& what) {
+        TableReader(file, sub_table(r, root, "connect", false, empty), "connect").fail("auto_ports", what);
+    };
+    const std::string range = std::to_string(k.auto_port_lo) + "-" + std::to_string(k.auto_port_hi);
+    if (k.auto_port_lo <= c.nat.port_hi && k.auto_port_hi >= c.nat.port_lo)
+        fail_connect(range + " overlaps nat.port_range " + std::to_string(c.nat.port_lo) + "-" +
+                     std::to_string(c.nat.port_hi) + ", which session ports come from");
 }
 
 }  // namespace
@@ -496,7 +520,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     Config c;
     c.source = source_name;
     TableReader top(source_name, root, "",
-                    {"gateway", "eal", "dataplane", "nat", "resolve", "port", "peer", "import", "export"});
+                    {"gateway", "eal", "dataplane", "nat", "resolve", "connect", "port", "peer", "import", "export"});
     const toml::table empty;
     read_gateway(source_name, sub_table(top, root, "gateway", true, empty), c);
     {
@@ -510,6 +534,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     for (std::size_t i = 0; i < peers.size(); ++i) c.peers.push_back(read_peer(source_name, *peers[i], i));
     read_nat(source_name, sub_table(top, root, "nat", false, empty), c.nat);
     read_resolve(source_name, sub_table(top, root, "resolve", false, empty), c.resolve);
+    read_connect(source_name, sub_table(top, root, "connect", false, empty), c.connect);
     check_whole(source_name, root, c);
     read_mappings(source_name, top, root, c);  // after the ports and peers they refer to are checked
     return c;

@@ -148,6 +148,21 @@ struct ResolveSettings {
     uint32_t retransmit_ms = kDefaultRetransmitMs;        // first retransmission timeout (doubles)
 };
 
+inline constexpr uint16_t kDefaultAutoPortLo = 61000;
+inline constexpr uint16_t kDefaultAutoPortHi = 61999;
+inline constexpr uint32_t kDefaultHandshakeTimeoutMs = 10000;
+inline constexpr uint32_t kDefaultMaxHandshakes = 4096;
+
+// [connect]: the connection handshake the gateway relays, and the port mappings it makes itself
+// for the tcp transport.
+struct ConnectSettings {
+    uint16_t auto_port_lo = kDefaultAutoPortLo;  // automatic mappings take ports from [lo, hi],
+    uint16_t auto_port_hi = kDefaultAutoPortHi;  // on the external address (exports) and internal (imports)
+    uint32_t handshake_timeout_ms = kDefaultHandshakeTimeoutMs;  // a relayed handshake not done by then fails;
+                                                                 // finished ones stay listed this long
+    uint32_t max_handshakes = kDefaultMaxHandshakes;  // relayed handshakes held at once
+};
+
 struct Config {
     std::string source;  // the file it came from
     std::string party;
@@ -160,6 +175,7 @@ struct Config {
     std::vector<PeerConfig> peers;
     NatSettings nat;
     ResolveSettings resolve;
+    ConnectSettings connect;
     std::vector<ImportMapping> imports;
     std::vector<ExportMapping> exports;
 

@@ -24,6 +24,7 @@
 #include "controlplane/log.hpp"
 #include "controlplane/mgmt_server.hpp"
 #include "controlplane/pinger.hpp"
+#include "controlplane/auto_mapping.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/resolution.hpp"
 #include "controlplane/telemetry.hpp"
@@ -219,6 +220,8 @@ void Gateway::start() {
     resolution_ = std::make_unique<ResolutionService>(
         cfg_, *cache_, [this](uint32_t dst, uint16_t port, std::span<const uint8_t> d) { send_udp(dst, port, d); },
         [this] { rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID); });
+    auto_maps_ = std::make_unique<AutoMappings>(cfg_, *table_);
+    resolution_->set_auto_mappings(auto_maps_.get());
 
     dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_, events_},
                                       DpShared{maps_.get(), rcu_, 0, cache_.get()});
@@ -239,6 +242,7 @@ void Gateway::stop() {
     if (punt_thread_.joinable()) punt_thread_.join();
     dp_.reset();
     resolution_.reset();
+    auto_maps_.reset();
     cache_.reset();  // no lcore left to read it
     pinger_.reset();
     table_.reset();  // the data plane is gone: rules can be freed without a grace period
@@ -343,9 +347,10 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     if (cmd == "session_list") return session_list(req);
     if (cmd == "resolve") return resolve(req);
     if (cmd == "dir_list" || cmd == "dir_show") return dir(req);
+    if (cmd == "conn_list") return conn_list(req);
     throw MgmtError("unknown cmd '" + cmd +
                     "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list, dir_list, dir_show, "
-                    "resolve)");
+                    "resolve, conn_list)");
 }
 
 nlohmann::ordered_json Gateway::status() const {
@@ -548,6 +553,10 @@ nlohmann::ordered_json Gateway::dir(const nlohmann::ordered_json& req) {
     return resolution_->dir_list(which != "remote", which != "local", limit, now_ms());
 }
 
+nlohmann::ordered_json Gateway::conn_list(const nlohmann::ordered_json& req) {
+    return resolution_->conn_list(limit_arg(req), now_ms());
+}
+
 nlohmann::ordered_json Gateway::resolution_stats() const {
     nlohmann::ordered_json j = resolution_->stats();
     if (const Resolver* r = dp_->resolver(); r != nullptr) {
@@ -574,6 +583,7 @@ nlohmann::ordered_json Gateway::resolution_stats() const {
                         {"client_msgs", d.client_msgs.get()},
                         {"punted_registrations", d.punted_registrations.get()},
                         {"punted_peer_msgs", d.punted_peer_msgs.get()},
+                        {"punted_handshakes", d.punted_handshakes.get()},
                         {"peer_msgs", d.peer_msgs.get()},
                         {"replies_sent", d.replies_sent.get()},
                         {"queries_sent", d.queries_sent.get()},

@@ -27,6 +27,7 @@ namespace fedgate {
 class MgmtServer;
 class Pinger;
 class PortMapTable;
+class AutoMappings;
 class ResolutionService;
 class ResolveCache;
 
@@ -58,6 +59,7 @@ private:
     nlohmann::ordered_json session_list(const nlohmann::ordered_json& request);
     nlohmann::ordered_json resolve(const nlohmann::ordered_json& request);
     nlohmann::ordered_json dir(const nlohmann::ordered_json& request);
+    nlohmann::ordered_json conn_list(const nlohmann::ordered_json& request);
     nlohmann::ordered_json resolution_stats() const;
     // Hands `r` to the lcore and waits until it is done; throws MgmtError if it takes too long.
     std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout);
@@ -76,6 +78,7 @@ private:
     rte_rcu_qsbr* rcu_ = nullptr;
     std::unique_ptr<ResolveCache> cache_;
     std::unique_ptr<ResolutionService> resolution_;
+    std::unique_ptr<AutoMappings> auto_maps_;  // the tcp transport's mappings, which resolution_ asks for
     std::unique_ptr<PortMapView> maps_;
     std::unique_ptr<PortMapTable> table_;
     std::vector<PortHandle> ports_;

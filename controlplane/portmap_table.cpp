@@ -117,6 +117,11 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
     // A reload starts from nothing published.
     for (const auto& m : imports_) unpublish({"import", m.proto, m.port});
     for (const auto& m : exports_) unpublish({"export", m.proto, m.port});
+    // Automatic mappings serve live processes: they stay unless the new config takes their port.
+    std::vector<ImportMapping> auto_imports;
+    std::vector<ExportMapping> auto_exports;
+    std::copy_if(imports_.begin(), imports_.end(), std::back_inserter(auto_imports), [](const auto& m) { return m.source == MapSource::automatic; });
+    std::copy_if(exports_.begin(), exports_.end(), std::back_inserter(auto_exports), [](const auto& m) { return m.source == MapSource::automatic; });
     imports_ = cfg_.imports;
     exports_ = cfg_.exports;
     deleted_config_.clear();
@@ -167,15 +172,25 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
             }
         }
     }
+    const auto keep = [&](auto& list, const auto& autos, const char* kind) {
+        for (const auto& m : autos) {
+            if (std::any_of(list.begin(), list.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
+                warnings->push_back("dropped the automatic mapping " + mapping_key(kind, m.proto, m.port) + ": the config maps that port now");
+            else
+                list.push_back(m);
+        }
+    };
+    keep(imports_, auto_imports, "import");
+    keep(exports_, auto_exports, "export");
     for (const auto& m : imports_) publish(m);
     for (const auto& m : exports_) publish(m);
     reclaim();
 }
 
 template <typename M>
-nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& m_in, const char* kind) {
+nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& m_in, const char* kind, MapSource source) {
     M m = m_in;
-    m.source = MapSource::cli;
+    m.source = source;
     check_mapping(m, cfg_);
     std::lock_guard lk(mu_);
     for (const auto& o : list)
@@ -183,10 +198,12 @@ nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& 
             throw MapError("port", mapping_key(kind, m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
     auto candidate = list;
     candidate.push_back(m);
-    if constexpr (std::is_same_v<M, ImportMapping>)
-        persist(candidate, exports_, deleted_config_);
-    else
-        persist(imports_, candidate, deleted_config_);
+    if (source == MapSource::cli) {
+        if constexpr (std::is_same_v<M, ImportMapping>)
+            persist(candidate, exports_, deleted_config_);
+        else
+            persist(imports_, candidate, deleted_config_);
+    }
     list = std::move(candidate);
     publish(m);
     reclaim();
@@ -196,8 +213,28 @@ nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& 
         return to_json(m);
 }
 
-nlohmann::ordered_json PortMapTable::add(const ImportMapping& m) { return add_mapping(imports_, m, "import"); }
-nlohmann::ordered_json PortMapTable::add(const ExportMapping& m) { return add_mapping(exports_, m, "export"); }
+nlohmann::ordered_json PortMapTable::add(const ImportMapping& m) { return add_mapping(imports_, m, "import", MapSource::cli); }
+nlohmann::ordered_json PortMapTable::add(const ExportMapping& m) { return add_mapping(exports_, m, "export", MapSource::cli); }
+void PortMapTable::add_automatic(const ImportMapping& m) { add_mapping(imports_, m, "import", MapSource::automatic); }
+void PortMapTable::add_automatic(const ExportMapping& m) { add_mapping(exports_, m, "export", MapSource::automatic); }
+
+bool PortMapTable::remove_automatic(const std::string& kind, Proto proto, uint16_t port) {
+    const Key key{kind, proto, port};
+    std::lock_guard lk(mu_);
+    const auto gone = [&](const auto& m) { return m.source == MapSource::automatic && m.proto == proto && m.port == port; };
+    const std::size_t n = kind == "import" ? std::erase_if(imports_, gone) : std::erase_if(exports_, gone);
+    if (n == 0) return false;
+    unpublish(key);  // nothing to persist: automatic mappings are not in the state file
+    reclaim();
+    return true;
+}
+
+bool PortMapTable::taken(const std::string& kind, Proto proto, uint16_t port) const {
+    std::lock_guard lk(mu_);
+    const auto same = [&](const auto& m) { return m.proto == proto && m.port == port; };
+    return kind == "import" ? std::any_of(imports_.begin(), imports_.end(), same)
+                            : std::any_of(exports_.begin(), exports_.end(), same);
+}
 
 nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Key&, const std::string&)>& match) {
     std::lock_guard lk(mu_);
@@ -226,7 +263,8 @@ nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Ke
         if (m.source == MapSource::config) deleted.push_back(k);
     }
     if (gone.empty()) return {{"deleted", out}};
-    persist(imports, exports, deleted);
+    const bool only_automatic = std::all_of(out.begin(), out.end(), [](const auto& j) { return j["source"] == "auto"; });
+    if (!only_automatic) persist(imports, exports, deleted);
     imports_ = std::move(imports);
     exports_ = std::move(exports);
     deleted_config_ = std::move(deleted);

@@ -45,6 +45,16 @@ public:
     // The management requests map_add, map_del, map_list.
     nlohmann::ordered_json handle(const nlohmann::ordered_json& request);
 
+    // Mappings the gateway makes itself (source "auto", see auto_mapping.hpp): checked like any
+    // other and published, but never written to the state file; they are remade when the processes
+    // they serve register again. add_automatic throws MapError like add.
+    void add_automatic(const ImportMapping& m);
+    void add_automatic(const ExportMapping& m);
+    // Removes the automatic mapping on that port; false if there is none (a person may have deleted it).
+    bool remove_automatic(const std::string& kind, Proto proto, uint16_t port);
+    // Whether any mapping of that kind holds the port.
+    bool taken(const std::string& kind, Proto proto, uint16_t port) const;
+
     std::size_t import_count() const;
     std::size_t export_count() const;
 
@@ -58,7 +68,7 @@ private:
 
     // Checks, persists, publishes: the one path for both kinds of add.
     template <typename M>
-    nlohmann::ordered_json add_mapping(std::vector<M>& list, const M& m, const char* kind);
+    nlohmann::ordered_json add_mapping(std::vector<M>& list, const M& m, const char* kind, MapSource source);
     void persist(const std::vector<ImportMapping>& imports, const std::vector<ExportMapping>& exports,
                  const std::vector<Key>& deleted) const;
     void publish(const ImportMapping& m);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "dataplane/conn_wire.hpp"
 #include "dataplane/dataplane.hpp"
 
 namespace fedgate {
@@ -37,11 +38,14 @@ ResolutionService::ResolutionService(const Config& cfg, ResolveCache& cache, Sen
       cache_(cache),
       send_(std::move(send)),
       sync_(std::move(sync)),
-      dir_(cfg.party_id, cfg.resolve.cache_capacity, cfg.resolve.heartbeat_timeout_ms) {
+      dir_(cfg.party_id, cfg.resolve.cache_capacity, cfg.resolve.heartbeat_timeout_ms),
+      relay_(cfg.party_id, cfg.connect, *this) {
     for (const PeerConfig& p : cfg.peers)
         peers_.push_back(std::make_unique<Peer>(
             Peer{p, HmacKey(p.key), AnnounceSender(cfg.resolve.announce_window, cfg.resolve.retransmit_ms), {}}));
 }
+
+ResolutionService::~ResolutionService() = default;
 
 void ResolutionService::start(uint64_t now_ms) {
     std::lock_guard lock(mu_);
@@ -126,6 +130,7 @@ void ResolutionService::handle_client(uint32_t src, uint16_t src_port, const Par
         const auto rec = decode(body_as<RegisterBody>(m.body).record);
         if (!rec) return reg_reply(src, src_port, m.header.seq, RegStatus::bad_record, {}, 0);
         const RegStatus s = dir_.register_process(*rec, src, now_ms, &change);
+        if (s == RegStatus::ok) control_ports_[rec->pid.value] = src_port;
         reg_reply(src, src_port, m.header.seq, s, rec->pid, rec->epoch);
         break;
     }
@@ -136,8 +141,19 @@ void ResolutionService::handle_client(uint32_t src, uint16_t src_port, const Par
         const uint32_t epoch = load_be32(ref.epoch);
         const RegStatus s = m.header.type == MsgType::heartbeat ? dir_.heartbeat(pid, epoch, src, now_ms)
                                                                 : dir_.deregister(pid, epoch, src, &change);
+        if (s == RegStatus::ok && m.header.type == MsgType::heartbeat) control_ports_[pid.value] = src_port;
         reg_reply(src, src_port, m.header.seq, s, pid, epoch);
         break;
+    }
+    case MsgType::conn_req:
+    case MsgType::conn_rep:
+    case MsgType::conn_rtu: {
+        const auto p = decode(body_as<ConnBody>(m.body));
+        if (!p) {
+            ++counters_.malformed_handshakes;
+            return;
+        }
+        return relay_.on_client(m.header.type, Endpoint4{src, src_port}, *p, now_ms);
     }
     default: ++counters_.malformed; return;
     }
@@ -155,8 +171,10 @@ void ResolutionService::publish(const DirectoryChange& c, uint64_t now_ms) {
             ++counters_.cache_full;
         if (cfg_.resolve.announce)
             for (auto& p : peers_) p->out.announce(c.record);
+        if (auto_ != nullptr) auto_->process_registered(c.record);
         break;
     case DirectoryChange::Kind::removed:
+        process_gone(c.record);
         cache_.remove(c.record.pid);
         if (cfg_.resolve.announce)
             for (auto& p : peers_) p->out.withdraw(c.record.pid, c.record.epoch);
@@ -199,8 +217,23 @@ void ResolutionService::handle_peer(Peer& peer, const ParsedMsg& m, uint64_t now
         default: return send_ack(peer, stream, peer.in.applied(), 0);
         }
     }
+    case MsgType::hs_req:
+    case MsgType::hs_rep:
+    case MsgType::hs_rtu: {
+        const auto p = decode(body_as<ConnBody>(m.body));
+        if (!p) {
+            ++counters_.malformed_handshakes;
+            return;
+        }
+        return relay_.on_peer(m.header.type, peer.cfg.party_id, *p, now_ms);
+    }
     default: ++counters_.malformed; return;
     }
+}
+
+void ResolutionService::process_gone(const DmaAddress& r) {
+    control_ports_.erase(r.pid.value);
+    if (auto_ != nullptr) auto_->process_left(r.pid);
 }
 
 void ResolutionService::apply_stream(Peer& peer, const ParsedMsg& m, bool snapshot) {
@@ -239,6 +272,7 @@ void ResolutionService::apply_stream(Peer& peer, const ParsedMsg& m, bool snapsh
                     ++counters_.records_withdrawn;
                 }
             }
+            if (auto_ != nullptr) auto_->peer_process_left(pid);
         }
     }
     reclaim();
@@ -269,6 +303,7 @@ void ResolutionService::on_event(const ResolveEvent& ev, uint64_t now_ms) {
 void ResolutionService::tick(uint64_t now_ms) {
     std::lock_guard lock(mu_);
     for (const DmaAddress& gone : dir_.expire(now_ms)) publish({DirectoryChange::Kind::removed, gone}, now_ms);
+    relay_.expire(now_ms);
     for (auto& p : peers_) {
         Peer& peer = *p;
         peer.out.poll(now_ms, [&](MsgType type, const std::vector<uint8_t>& body) { send_peer(peer, type, body); });
@@ -292,6 +327,60 @@ void ResolutionService::tick(uint64_t now_ms) {
 }
 
 void ResolutionService::reclaim() { cache_.reclaim(sync_); }
+
+// ---------------------------------------------------------------------------------------------
+// The handshake relay's view of this gateway.
+
+std::optional<Endpoint4> ResolutionService::control_endpoint(ProcessId pid) {
+    const auto p = dir_.find(pid);
+    const auto port = control_ports_.find(pid.value);
+    if (!p || port == control_ports_.end()) return std::nullopt;
+    return Endpoint4{p->source, port->second};
+}
+
+bool ResolutionService::has_peer(uint16_t party) { return peer_by_party(party) != nullptr; }
+
+void ResolutionService::to_process(Endpoint4 dst, MsgType type, const ConnParams& p) {
+    std::vector<uint8_t> d(sizeof(MsgHeader) + sizeof(ConnBody));
+    MsgHeader h;
+    encode(Header{type, 0, sizeof(ConnBody), 0, 0}, h);
+    ConnBody b;
+    encode(p, b);
+    std::memcpy(d.data(), &h, sizeof h);
+    std::memcpy(d.data() + sizeof h, &b, sizeof b);
+    send_(dst.addr, dst.port, d);
+}
+
+void ResolutionService::to_peer(uint16_t party, MsgType type, const ConnParams& p) {
+    Peer* peer = peer_by_party(party);
+    if (peer == nullptr) return;
+    ConnBody b;
+    encode(p, b);
+    send_peer(*peer, type, {reinterpret_cast<const uint8_t*>(&b), sizeof b});
+}
+
+std::optional<Endpoint4> ResolutionService::exported_endpoint(ProcessId target) {
+    const PortConfig* ext = cfg_.port(PortRoleCfg::external);
+    if (auto_ == nullptr || ext == nullptr) return std::nullopt;
+    const auto port = auto_->exported_port(target);
+    if (!port) return std::nullopt;
+    return Endpoint4{ext->address.addr, *port};
+}
+
+std::optional<Endpoint4> ResolutionService::imported_endpoint(uint16_t party, uint16_t peer_port, ProcessId target,
+                                                              ProcessId initiator) {
+    const PortConfig* in = cfg_.port(PortRoleCfg::internal);
+    const Peer* peer = peer_by_party(party);
+    if (auto_ == nullptr || in == nullptr || peer == nullptr || peer_port == 0) return std::nullopt;
+    const auto port = auto_->import_port(peer->cfg, peer_port, target, initiator);
+    if (!port) return std::nullopt;
+    return Endpoint4{in->address.addr, *port};
+}
+
+nlohmann::ordered_json ResolutionService::conn_list(std::size_t limit, uint64_t now_ms) const {
+    std::lock_guard lock(mu_);
+    return relay_.list(limit, now_ms);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Management.
@@ -395,6 +484,13 @@ nlohmann::ordered_json ResolutionService::stats() const {
           {"snapshots_received", c.snapshots_received}, {"stream_resets_sent", c.stream_resets_sent},
           {"stream_gaps", c.stream_gaps}, {"reg_replies_sent", c.reg_replies_sent}, {"malformed", c.malformed},
           {"peers", peers}}},
+        {"handshakes",
+         [&] {
+             nlohmann::ordered_json h = relay_.stats();
+             h["malformed"] = c.malformed_handshakes;
+             return h;
+         }()},
+        {"auto_mappings", auto_ != nullptr ? auto_->stats() : nlohmann::ordered_json::object()},
     };
 }
 

@@ -11,11 +11,14 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "controlplane/announce_stream.hpp"
+#include "controlplane/auto_mapping.hpp"
 #include "controlplane/config.hpp"
 #include "controlplane/directory.hpp"
+#include "controlplane/handshake_relay.hpp"
 #include "dataplane/peer_auth.hpp"
 #include "dataplane/resolve_cache.hpp"
 
@@ -26,10 +29,11 @@ struct ResolveEvent;
 struct ResolutionCounters {
     uint64_t reg_replies_sent = 0, peer_msgs_sent = 0, records_applied = 0, records_withdrawn = 0,
              refused_foreign_records = 0, snapshots_received = 0, stream_resets_sent = 0, stream_gaps = 0,
-             cache_full = 0, learned = 0, learned_negative = 0, expired_cache_entries = 0, malformed = 0;
+             cache_full = 0, learned = 0, learned_negative = 0, expired_cache_entries = 0, malformed = 0,
+             malformed_handshakes = 0;
 };
 
-class ResolutionService {
+class ResolutionService : private RelayIo {
 public:
     // Sends one UDP datagram from this gateway's resolution port to dst:dst_port (host order).
     using SendUdp = std::function<void(uint32_t dst, uint16_t dst_port, std::span<const uint8_t> datagram)>;
@@ -37,6 +41,12 @@ public:
     using Synchronize = std::function<void()>;
 
     ResolutionService(const Config& cfg, ResolveCache& cache, SendUdp send, Synchronize sync);
+
+    ~ResolutionService() override;
+
+    // The port mappings the tcp transport of the connection handshake needs (null: handshakes over
+    // tcp across parties are refused with no_mapping). Set before start().
+    void set_auto_mappings(AutoMappings* m) { auto_ = m; }
 
     // Starts the announce streams (each with a snapshot of the directory, empty at first).
     void start(uint64_t now_ms);
@@ -49,6 +59,8 @@ public:
     nlohmann::ordered_json dir_list(bool local, bool remote, std::size_t limit, uint64_t now_ms) const;
     nlohmann::ordered_json dir_show(ProcessId pid, uint64_t now_ms) const;
     nlohmann::ordered_json stats() const;  // directory, streams and cache; the lcore adds its own
+    // The management request conn_list: relayed handshakes, newest first.
+    nlohmann::ordered_json conn_list(std::size_t limit, uint64_t now_ms) const;
 
     static nlohmann::ordered_json record_json(const DmaAddress& r);
 
@@ -70,6 +82,16 @@ private:
     Peer* peer_by_party(uint16_t party);
     void restart_stream(Peer& peer, uint64_t now_ms);
     void reclaim();
+    void process_gone(const DmaAddress& record);
+
+    // RelayIo: what the handshake relay needs from the directory, the peers and the mappings.
+    std::optional<Endpoint4> control_endpoint(ProcessId pid) override;
+    bool has_peer(uint16_t party) override;
+    void to_process(Endpoint4 dst, MsgType type, const ConnParams& p) override;
+    void to_peer(uint16_t party, MsgType type, const ConnParams& p) override;
+    std::optional<Endpoint4> exported_endpoint(ProcessId target) override;
+    std::optional<Endpoint4> imported_endpoint(uint16_t party, uint16_t peer_port, ProcessId target,
+                                               ProcessId initiator) override;
 
     const Config& cfg_;
     ResolveCache& cache_;
@@ -81,6 +103,9 @@ private:
     uint64_t next_sync_ms_ = 0;
     std::size_t sweep_cursor_ = 0;  // the cache's expiry sweep goes round a slice per tick
     ResolutionCounters counters_;
+    HandshakeRelay relay_;
+    AutoMappings* auto_ = nullptr;
+    std::unordered_map<uint64_t, uint16_t> control_ports_;  // local process -> UDP port it registers from
     // The driving thread holds it while it works; management threads while they read.
     mutable std::mutex mu_;
 };

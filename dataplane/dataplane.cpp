@@ -525,6 +525,11 @@ void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) 
     case MsgType::deregister:
         // The directory lives with the control threads; they check and answer.
         return punt(m, in, resolve_counters_.punted_registrations);
+    case MsgType::conn_req:
+    case MsgType::conn_rep:
+    case MsgType::conn_rtu:
+        // Connection handshakes: the control threads check the processes and relay.
+        return punt(m, in, resolve_counters_.punted_handshakes);
     default: return drop(m, in, DropReason::resolve_unexpected);
     }
 }
@@ -589,6 +594,9 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
     case MsgType::withdraw:
     case MsgType::ack:
     case MsgType::sync: return punt(m, in, resolve_counters_.punted_peer_msgs);
+    case MsgType::hs_req:
+    case MsgType::hs_rep:
+    case MsgType::hs_rtu: return punt(m, in, resolve_counters_.punted_handshakes);
     default: return drop(m, in, DropReason::resolve_unexpected);
     }
 }

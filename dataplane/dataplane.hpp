@@ -114,7 +114,7 @@ struct DpShared {
 
 // Counters of the resolution service on the lcore, beyond the resolver's own.
 struct ResolveDpCounters {
-    Counter client_msgs, peer_msgs, punted_registrations, punted_peer_msgs, replies_sent, queries_sent,
+    Counter client_msgs, peer_msgs, punted_registrations, punted_peer_msgs, punted_handshakes, replies_sent, queries_sent,
         answers_sent, events_lost;
 };
 
