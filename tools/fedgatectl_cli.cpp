@@ -75,6 +75,8 @@ void dir_list_options(po::options_description&, po::options_description&, po::po
 void pid_operand(po::options_description&, po::options_description&, po::positional_options_description&);
 void help_options(po::options_description&, po::options_description&, po::positional_options_description&);
 int run_dir_list(const Invocation&);
+void conn_list_options(po::options_description&, po::options_description&, po::positional_options_description&);
+int run_conn_list(const Invocation&);
 int run_dir_show(const Invocation&);
 int run_resolve(const Invocation&);
 int run_status(const Invocation&);
@@ -128,6 +130,9 @@ constexpr std::array kCommands{
             "resolve a process ID the way a compute process would (cache, directed query or broadcast)",
             "fedgatectl resolve 2.7.42\nfedgatectl resolve 0.7.42 --json   # party 0: owner unknown",
             pid_operand, run_resolve},
+    Command{"conn list", "", "[--limit N]",
+            "list connection handshakes this gateway relays, in flight and finished, with their stage",
+            "fedgatectl conn list\nfedgatectl conn list --json", conn_list_options, run_conn_list},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgatectl help ping",
             help_options, run_help},
 };
@@ -150,6 +155,10 @@ constexpr std::array kGroups{
           "DMA address records of other parties' processes that their gateways announced or that\n"
           "queries taught this gateway (remote), with brief \"not found\" entries. Process IDs are\n"
           "PARTY.NODE.LOCAL (or 0xHEX); party 0 means the owner is unknown."},
+    Group{"conn",
+          "Connection handshakes (REQ, REP, RTU) between compute processes that this gateway relays:\n"
+          "outbound (the initiator is ours), inbound (the target is ours) or local (both). A handshake\n"
+          "stays listed for [connect] handshake_timeout_ms after it finishes or fails."},
 };
 
 // ---- text helpers ----------------------------------------------------------------------------
@@ -1055,6 +1064,35 @@ int run_dir_list(const Invocation& inv) {
                    field(rec, "address"), field(rec, "gid"), field(rec, "qpn"), field(rec, "mtu"),
                    exp.is_number() ? seconds_text(Json(exp.get<double>() / 1000.0)) : "never"});
         }
+        t.print(inv.out);
+    }
+    inv.out << field(r, "shown") << " shown of " << field(r, "total") << "\n";
+    return 0;
+}
+
+void conn_list_options(po::options_description& visible, po::options_description&,
+                       po::positional_options_description&) {
+    visible.add_options()("limit", po::value<std::string>()->default_value(kDirLimitDefault)->value_name("N"),
+                          "list at most N handshakes, 1..100000, newest first");
+}
+
+int run_conn_list(const Invocation& inv) {
+    const std::string limit_text = inv.vm["limit"].as<std::string>();
+    const auto limit = parse_int(limit_text, 1, kDirLimitMax);
+    if (!limit) throw UsageError("conn list: --limit must be an integer 1..100000, got " + in_quotes(limit_text));
+    Json r = call(inv, {{"cmd", "conn_list"}, {"limit", *limit}});
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    const Json& list = member(r, "handshakes");
+    if (list.is_array() && !list.empty()) {
+        Table t(true);
+        t.row({"conn id", "initiator", "target", "role", "peer", "stage", "status", "transport", "age"});
+        for (const auto& h : list)
+            t.row({field(h, "conn_id"), field(h, "initiator"), field(h, "target"), field(h, "role"),
+                   field(h, "peer_party"), field(h, "stage"), field(h, "status"), field(h, "transport"),
+                   seconds_text(Json(member(h, "age_ms").is_number() ? member(h, "age_ms").get<double>() / 1000.0 : 0.0))});
         t.print(inv.out);
     }
     inv.out << field(r, "shown") << " shown of " << field(r, "total") << "\n";

@@ -306,7 +306,7 @@ TEST(ConfigErrors, RelativeStateDir) {
 
 TEST(ConfigErrors, UnknownKeyAtTopLevel) {
     const std::string text = replaced(kGood, "# fedgate test configuration\n", "# fedgate test configuration\ncolour = \"blue\"\n");
-    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, nat, resolve, port, peer, import, export)", 2));
+    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, nat, resolve, connect, port, peer, import, export)", 2));
 }
 
 TEST(ConfigErrors, UnknownKeyInGateway) {
@@ -1205,4 +1205,30 @@ peer_port = 9000
 )";
     EXPECT_TRUE(rejects(text, "import[0].port", "udp 7410 is the resolution service's port ([resolve] port)",
                         line_of(text, "port = 7410")));
+}
+
+// [connect]: the handshake relay and the tcp transport's automatic mappings.
+TEST(Config, ConnectTableParsesEveryValueAndDefaults) {
+    const fedgate::Config d = parse_config(kGood, "test.toml");
+    EXPECT_EQ(d.connect.auto_port_lo, fedgate::kDefaultAutoPortLo);
+    EXPECT_EQ(d.connect.auto_port_hi, fedgate::kDefaultAutoPortHi);
+    EXPECT_EQ(d.connect.handshake_timeout_ms, fedgate::kDefaultHandshakeTimeoutMs);
+    EXPECT_EQ(d.connect.max_handshakes, fedgate::kDefaultMaxHandshakes);
+    const fedgate::Config c = parse_config(
+        kGood + "\n[connect]\nauto_ports = \"62000-62009\"\nhandshake_timeout_ms = 2500\nmax_handshakes = 64\n", "test.toml");
+    EXPECT_EQ(c.connect.auto_port_lo, 62000);
+    EXPECT_EQ(c.connect.auto_port_hi, 62009);
+    EXPECT_EQ(c.connect.handshake_timeout_ms, 2500u);
+    EXPECT_EQ(c.connect.max_handshakes, 64u);
+}
+
+TEST(ConfigErrors, ConnectAutoPortsMustBeARangeOutsideTheNatRange) {
+    std::string text = kGood + "\n[connect]\nauto_ports = \"62000\"\n";
+    EXPECT_TRUE(rejects(text, "connect.auto_ports", "'62000' must be LO-HI within 1024-65535", line_of(text, "auto_ports")));
+    text = kGood + "\n[connect]\nauto_ports = \"59000-60000\"\n";
+    EXPECT_TRUE(rejects(text, "connect.auto_ports",
+                        "59000-60000 overlaps nat.port_range 20000-59999, which session ports come from",
+                        line_of(text, "auto_ports")));
+    text = kGood + "\n[connect]\nmax_handshakes = 0\n";
+    EXPECT_THROW(parse_config(text, "test.toml"), ConfigError);
 }

@@ -135,7 +135,7 @@ TEST(ParseMessage, NamesWhatIsWrong) {
     bad = good;
     bad[2] = 2;
     EXPECT_EQ(parse_message(bad, m), WireError::bad_version);
-    for (uint8_t t : {0, 7, 15, 22, 255}) {
+    for (uint8_t t : {0, 10, 15, 25, 255}) {
         bad = good;
         bad[3] = t;
         EXPECT_EQ(parse_message(bad, m), WireError::bad_type) << int(t);
