@@ -12,16 +12,26 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <iomanip>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "drivers/digest_stream.hpp"
+#include "drivers/endpoint.hpp"
 #include "drivers/node_client.hpp"
 #include "tools/command_table.hpp"
 
@@ -69,6 +79,10 @@ void register_options(po::options_description&, po::options_description&, po::po
 void deregister_options(po::options_description&, po::options_description&, po::positional_options_description&);
 void resolve_options(po::options_description&, po::options_description&, po::positional_options_description&);
 void help_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void listen_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void connect_options(po::options_description&, po::options_description&, po::positional_options_description&);
+int run_listen(const Invocation&);
+int run_connect(const Invocation&);
 int run_register(const Invocation&);
 int run_deregister(const Invocation&);
 int run_resolve(const Invocation&);
@@ -92,6 +106,16 @@ constexpr std::array kCommands{
             "fedgate-node --gateway 198.18.1.1 resolve 2.3.99\n"
             "fedgate-node --gateway 198.18.1.1 --timeout-ms 1000 resolve 0.3.99 --json",
             resolve_options, run_resolve},
+    Command{"listen", "", "--pid ID [--tcp-port N] [--transport auto|rdma|tcp] [--count N]",
+            "register, accept connections from other processes and check the bytes each one sends",
+            "fedgate-node --gateway 198.18.2.1 listen --pid 2.7.42 --count 1\n"
+            "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --tcp-port 5000 --transport tcp",
+            listen_options, run_listen},
+    Command{"connect", "", "--pid ID --to ID --bytes N [--transport auto|rdma|tcp] [--parallel K] [--json]",
+            "register, connect to process --to through the gateways and send it N checked bytes",
+            "fedgate-node --gateway 198.18.1.1 connect --pid 1.7.42 --to 2.7.42 --bytes 268435456\n"
+            "fedgate-node --gateway 198.18.1.1 connect --pid 1.7.42 --to 2.7.42 --bytes 1048576 --parallel 4 --json",
+            connect_options, run_connect},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgate-node help register",
             help_options, run_help},
 };
@@ -153,6 +177,14 @@ void print_command_help(std::ostream& out, const cli::CommandText& c) {
         out << "\nWithout --once, fedgate-node prints one line 'registered ID epoch N', then heartbeats every\n"
                "--heartbeat-ms (default: what the gateway asks for, else 1000 ms); if the gateway has forgotten\n"
                "the process it registers again. SIGINT or SIGTERM deregisters and exits 0.\n";
+    if (c.name == "listen")
+        out << "\nPrints 'listening ID epoch N tcp port P', then one line per connection: its ID, the peer, the\n"
+               "transport, the bytes, the time, the throughput and whether the sender's SHA-256 matched. Exits\n"
+               "after --count connections, or on SIGINT/SIGTERM, and deregisters; 1 if any digest differed.\n";
+    if (c.name == "connect")
+        out << "\nEach connection sends an 8-byte length, N pseudo-random bytes and their SHA-256; the listener\n"
+               "answers with its own digest. A failure names its stage: resolve, req, rep, refused, transport,\n"
+               "rtr, rts or data. Exit 1 if any connection failed or any digest differed.\n";
     if (with_globals) {
         out << "\n";
         print_id_note(out);
@@ -219,28 +251,28 @@ Transport check_transport(std::string_view cmd, const std::string& v) {
     return *t;
 }
 
-struct Endpoint {
+struct HostPort {
     uint32_t ipv4 = 0;
     uint16_t port = 0;
 };
 
 // IP:PORT; with `default_port`, a bare IP too.
-std::optional<Endpoint> parse_endpoint(const std::string& v, std::optional<uint16_t> default_port) {
+std::optional<HostPort> parse_endpoint(const std::string& v, std::optional<uint16_t> default_port) {
     const size_t colon = v.rfind(':');
     if (colon == std::string::npos) {
         const auto ip = parse_ipv4(v);
         if (!ip || !default_port)
             return std::nullopt;
-        return Endpoint{*ip, *default_port};
+        return HostPort{*ip, *default_port};
     }
     const auto ip = parse_ipv4(v.substr(0, colon));
     const auto port = parse_uint(v.substr(colon + 1), 1, 65535);
     if (!ip || !port)
         return std::nullopt;
-    return Endpoint{*ip, static_cast<uint16_t>(*port)};
+    return HostPort{*ip, static_cast<uint16_t>(*port)};
 }
 
-Endpoint check_listen(std::string_view cmd, const std::string& v) {
+HostPort check_listen(std::string_view cmd, const std::string& v) {
     const auto e = parse_endpoint(v, std::nullopt);
     if (!e)
         throw UsageError(std::string(cmd) +
@@ -274,9 +306,13 @@ uint32_t random_epoch() {
     return std::uniform_int_distribution<uint32_t>(1, UINT32_MAX)(rd);
 }
 
-// The client for --gateway/--bind/--timeout-ms/--tries (or $FEDGATE_GATEWAY). Bad values are usage
-// errors; a socket that cannot be set up throws std::system_error (exit 1).
-NodeClient make_client(const Invocation& inv) {
+// --gateway/--bind/--timeout-ms/--tries (or $FEDGATE_GATEWAY), checked. Bad values are usage errors.
+struct GatewayOptions {
+    HostPort gateway;
+    NodeClientOptions client;
+};
+
+GatewayOptions gateway_options(const Invocation& inv) {
     std::string gateway;
     if (auto g = opt(inv.vm, "gateway")) {
         gateway = *g;
@@ -311,7 +347,13 @@ NodeClient make_client(const Invocation& inv) {
             throw UsageError("--tries must be an integer 1..10, got " + in_quotes(*t));
         options.tries = static_cast<int>(*n);
     }
-    return NodeClient(gw->ipv4, gw->port, options);
+    return {*gw, options};
+}
+
+// The client for the global options; a socket that cannot be set up throws std::system_error (exit 1).
+NodeClient make_client(const Invocation& inv) {
+    const GatewayOptions g = gateway_options(inv);
+    return NodeClient(g.gateway.ipv4, g.gateway.port, g.client);
 }
 
 // ---- register and deregister -----------------------------------------------------------------
@@ -416,7 +458,7 @@ int run_register(const Invocation& inv) {
     DmaAddress rec;
     rec.pid = check_pid(cmd, "--pid", need(inv.vm, cmd, "pid", "this process's ID, such as 2.7.42"));
     rec.transport = check_transport(cmd, need(inv.vm, cmd, "transport", "tcp or roce_v2"));
-    const Endpoint listen =
+    const HostPort listen =
         check_listen(cmd, need(inv.vm, cmd, "listen", "the IP:PORT this process accepts connections on"));
     rec.ipv4 = listen.ipv4;
     rec.port = listen.port;
@@ -529,6 +571,215 @@ int run_resolve(const Invocation& inv) {
                 << answer_source_name(r.source) << "\n";
     }
     return 0;
+}
+
+// ---- listen and connect ----------------------------------------------------------------------
+
+constexpr uint64_t kMaxCount = 1'000'000;
+constexpr uint64_t kMaxBytes = uint64_t{1} << 33;  // 8 GiB: the stream is generated, never held
+constexpr uint64_t kMaxParallel = 256;
+constexpr auto kStopCheck = std::chrono::milliseconds{200};  // how soon listen notices SIGINT/SIGTERM
+
+void listen_options(po::options_description& visible, po::options_description&,
+                    po::positional_options_description&) {
+    visible.add_options()
+        ("pid", po::value<std::string>()->value_name("ID"), "this process's ID (see below)")
+        ("tcp-port", po::value<std::string>()->value_name("N"), "the TCP port to accept on, 0..65535 (default 0: any)")
+        ("transport", po::value<std::string>()->value_name("auto|rdma|tcp"),
+         "auto: RDMA if this node has a device, else tcp (said once); rdma: RDMA only; tcp (default auto)")
+        ("count", po::value<std::string>()->value_name("N"),
+         "exit after N connections, 1..1000000 (default: until SIGINT/SIGTERM)");
+}
+
+void connect_options(po::options_description& visible, po::options_description&,
+                     po::positional_options_description&) {
+    visible.add_options()
+        ("pid", po::value<std::string>()->value_name("ID"), "this process's ID (see below)")
+        ("to", po::value<std::string>()->value_name("ID"), "the process to connect to")
+        ("bytes", po::value<std::string>()->value_name("N"), "bytes to send on each connection, 0..8589934592")
+        ("transport", po::value<std::string>()->value_name("auto|rdma|tcp"), "as for listen (default auto)")
+        ("parallel", po::value<std::string>()->value_name("K"), "connections at once, each from its own thread, 1..256 "
+                                                                "(default 1)")
+        ("json", po::bool_switch(), "print the connections as a JSON array (2-space indent)");
+}
+
+TransportChoice check_choice(std::string_view cmd, const po::variables_map& vm) {
+    const auto v = opt(vm, "transport");
+    if (!v) return TransportChoice::automatic;
+    const auto t = parse_transport_choice(*v);
+    if (!t) throw UsageError(std::string(cmd) + ": --transport must be auto, rdma or tcp, got " + in_quotes(*v));
+    return *t;
+}
+
+// The address this node reaches the gateway from: the kernel's route choice, when --bind is absent.
+uint32_t route_source(uint32_t gateway, uint16_t port) {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(gateway);
+    to.sin_port = htons(port);
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    const bool ok = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+    if (fd >= 0) ::close(fd);
+    if (!ok || local.sin_addr.s_addr == 0)
+        throw std::runtime_error("no route to the gateway " + ipv4_text(gateway) + "; give --bind IP");
+    return ntohl(local.sin_addr.s_addr);
+}
+
+EndpointOptions endpoint_options(const Invocation& inv, ProcessId pid, TransportChoice transport) {
+    const GatewayOptions g = gateway_options(inv);
+    EndpointOptions o;
+    o.gateway_ipv4 = g.gateway.ipv4;
+    o.gateway_port = g.gateway.port;
+    o.pid = pid;
+    o.transport = transport;
+    o.bind_ipv4 = g.client.bind_ipv4 ? *g.client.bind_ipv4 : route_source(g.gateway.ipv4, g.gateway.port);
+    if (opt(inv.vm, "timeout-ms")) o.try_timeout = g.client.timeout;
+    if (opt(inv.vm, "tries")) o.tries = g.client.tries;
+    o.log = [&err = inv.err](const std::string& line) { err << kProg << ": " << line << std::endl; };
+    return o;
+}
+
+// No RDMA provider yet: the verbs backend's adapter plugs in here. Until then auto means tcp (said
+// once on stderr) and rdma fails at stage transport.
+RdmaProvider* rdma_provider() { return nullptr; }
+
+bool stop_requested(int stop_fd) {
+    pollfd p{stop_fd, POLLIN, 0};
+    return stop_fd >= 0 && ::poll(&p, 1, 0) > 0;
+}
+
+std::string rate_text(uint64_t bytes, double seconds) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(1) << (seconds > 0 ? bytes * 8 / seconds / 1e6 : 0.0) << " Mbit/s";
+    return s.str();
+}
+
+std::string conn_id_text(uint64_t id) {
+    std::ostringstream s;
+    s << "0x" << std::hex << std::setw(16) << std::setfill('0') << id;
+    return s.str();
+}
+
+std::string verdict(const StreamResult& r) {
+    if (!r.error.empty()) return "error: " + r.error;
+    return r.digest_ok ? "digest ok" : "digest MISMATCH (sent " + hex(r.peer_digest) + ", got " + hex(r.local_digest) + ")";
+}
+
+int run_listen(const Invocation& inv) {
+    constexpr std::string_view cmd = "listen";
+    const ProcessId pid = check_pid(cmd, "--pid", need(inv.vm, cmd, "pid", "this process's ID, such as 2.7.42"));
+    const TransportChoice transport = check_choice(cmd, inv.vm);
+    EndpointOptions o = endpoint_options(inv, pid, transport);
+    if (auto p = opt(inv.vm, "tcp-port")) o.tcp_port = static_cast<uint16_t>(check_uint(cmd, "tcp-port", *p, 0, 65535));
+    uint64_t count = 0;
+    if (auto c = opt(inv.vm, "count")) count = check_uint(cmd, "count", *c, 1, kMaxCount);
+
+    Endpoint ep(o, rdma_provider());
+    ConnectError err;
+    if (!ep.listen(err)) {
+        inv.err << kProg << ": listen " << format_process_id(pid) << ": stage " << conn_stage_name(err.stage) << ": "
+                << err.message << "\n";
+        return 1;
+    }
+    inv.out << "listening " << format_process_id(pid) << " epoch " << ep.epoch() << " tcp port " << ep.tcp_port()
+            << std::endl;
+    std::mutex out_mu;
+    int bad = 0;
+    std::vector<std::thread> readers;
+    for (uint64_t accepted = 0; (count == 0 || accepted < count) && !stop_requested(inv.stop_fd);) {
+        std::unique_ptr<Connection> c = ep.accept(kStopCheck);
+        if (!c) continue;
+        ++accepted;
+        readers.emplace_back([&, c = std::move(c)] {
+            const StreamResult r = receive_digest_stream(*c);
+            std::lock_guard lock(out_mu);
+            inv.out << "conn " << conn_id_text(c->conn_id()) << " from " << format_process_id(c->peer_pid()) << " "
+                    << transport_name(c->transport()) << " " << r.bytes << " bytes " << std::fixed
+                    << std::setprecision(3) << r.seconds << " s " << rate_text(r.bytes, r.seconds) << " "
+                    << verdict(r) << std::endl;
+            if (!r.ok()) ++bad;
+        });
+    }
+    for (std::thread& t : readers) t.join();
+    ep.stop();
+    return bad == 0 ? 0 : 1;
+}
+
+struct ConnectOutcome {
+    std::optional<ConnectError> error;
+    Transport transport = Transport::tcp;
+    uint64_t conn_id = 0;
+    double setup_us = 0;
+    StreamResult stream;
+};
+
+ConnectOutcome connect_once(Endpoint& ep, ProcessId to, uint64_t bytes, uint64_t seed) {
+    ConnectOutcome o;
+    const auto t0 = Clock::now();
+    ConnectError err;
+    std::unique_ptr<Connection> c = ep.connect(to, err);
+    o.setup_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!c) {
+        o.error = err;
+        return o;
+    }
+    o.transport = c->transport();
+    o.conn_id = c->conn_id();
+    o.stream = send_digest_stream(*c, bytes, seed);
+    if (!o.stream.error.empty()) o.error = ConnectError{ConnStage::data, o.stream.error};
+    return o;
+}
+
+void print_outcomes(const Invocation& inv, ProcessId to, const std::vector<ConnectOutcome>& all, bool json) {
+    Json list = Json::array();
+    for (const ConnectOutcome& o : all) {
+        if (o.error) {
+            inv.err << kProg << ": connect " << format_process_id(to) << ": stage " << conn_stage_name(o.error->stage)
+                    << ": " << o.error->message << "\n";
+            if (json)
+                list.push_back({{"target", format_process_id(to)}, {"stage", conn_stage_name(o.error->stage)},
+                                {"error", o.error->message}});
+            continue;
+        }
+        const double mbit = o.stream.seconds > 0 ? o.stream.bytes * 8 / o.stream.seconds / 1e6 : 0.0;
+        if (json) {
+            list.push_back({{"target", format_process_id(to)}, {"conn_id", conn_id_text(o.conn_id)},
+                            {"transport", transport_name(o.transport)}, {"setup_us", o.setup_us},
+                            {"bytes", o.stream.bytes}, {"seconds", o.stream.seconds}, {"mbit_s", mbit},
+                            {"digest", o.stream.digest_ok ? "ok" : "mismatch"}});
+            continue;
+        }
+        inv.out << "conn " << conn_id_text(o.conn_id) << " to " << format_process_id(to) << " "
+                << transport_name(o.transport) << " setup " << static_cast<uint64_t>(o.setup_us) << " us "
+                << o.stream.bytes << " bytes " << std::fixed << std::setprecision(3) << o.stream.seconds << " s "
+                << rate_text(o.stream.bytes, o.stream.seconds) << " " << verdict(o.stream) << "\n";
+    }
+    if (json) inv.out << list.dump(2) << "\n";
+}
+
+int run_connect(const Invocation& inv) {
+    constexpr std::string_view cmd = "connect";
+    const ProcessId pid = check_pid(cmd, "--pid", need(inv.vm, cmd, "pid", "this process's ID, such as 1.7.42"));
+    const ProcessId to = check_pid(cmd, "--to", need(inv.vm, cmd, "to", "the process to connect to, such as 2.7.42"));
+    const uint64_t bytes = check_uint(cmd, "bytes", need(inv.vm, cmd, "bytes", "how many bytes to send"), 0, kMaxBytes);
+    const TransportChoice transport = check_choice(cmd, inv.vm);
+    uint64_t parallel = 1;
+    if (auto k = opt(inv.vm, "parallel")) parallel = check_uint(cmd, "parallel", *k, 1, kMaxParallel);
+    const bool json = inv.vm["json"].as<bool>();
+
+    Endpoint ep(endpoint_options(inv, pid, transport), rdma_provider());
+    std::vector<ConnectOutcome> all(parallel);
+    std::vector<std::thread> threads;
+    for (uint64_t i = 0; i < parallel; ++i)
+        threads.emplace_back([&, i] { all[i] = connect_once(ep, to, bytes, random_epoch() + i); });
+    for (std::thread& t : threads) t.join();
+    ep.stop();
+    print_outcomes(inv, to, all, json);
+    const bool ok = std::all_of(all.begin(), all.end(), [](const ConnectOutcome& o) { return !o.error && o.stream.ok(); });
+    return ok ? 0 : 1;
 }
 
 // ---- help ------------------------------------------------------------------------------------

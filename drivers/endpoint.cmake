@@ -1,0 +1,8 @@
+# The compute process's endpoint: the handshake state machines, the tcp backend, listen/connect
+# over the gateway, and the digest-checked stream the tools and tests move data with.
+add_library(fedgate_endpoint STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/handshake.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tcp_backend.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/endpoint.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/digest_stream.cpp)
+target_link_libraries(fedgate_endpoint PUBLIC fedgate_node_client fedgate_wire Threads::Threads PRIVATE OpenSSL::Crypto)

@@ -1,0 +1,6 @@
+# The compute process's side of the connection handshake: the pure state machines, and two
+# Endpoints talking through a fake gateway on 127.0.0.1 (plus fedgate-node listen/connect).
+target_sources(fedgate_unit_tests PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/test_handshake.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/test_endpoint.cpp)
+target_link_libraries(fedgate_unit_tests PRIVATE fedgate_endpoint fedgate_node_cli)
