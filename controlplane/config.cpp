@@ -2,6 +2,7 @@
 // each error names the file, line, key and what is wrong.
 #include "controlplane/config.hpp"
 
+#include "controlplane/log.hpp"  // level and type names; header-only
 #include "controlplane/mapping.hpp"
 
 #include <arpa/inet.h>
@@ -89,6 +90,10 @@ const PortConfig* Config::port(PortRoleCfg role) const {
     for (const PortConfig& p : ports)
         if (p.role == role) return &p;
     return nullptr;
+}
+
+std::string MetricsSettings::listen_text() const {
+    return listen ? format_ipv4(listen->first) + ":" + std::to_string(listen->second) : std::string();
 }
 
 std::string Ipv4Cidr::str() const { return format_ipv4(addr) + "/" + std::to_string(prefix_len); }
@@ -380,6 +385,55 @@ void read_connect(const std::string& file, const toml::table& t, ConnectSettings
     r.uint("max_handshakes", s.max_handshakes, 1, 1 << 20);
 }
 
+void read_log(const std::string& file, const toml::table& t, LogSettings& s) {
+    TableReader r(file, t, "log", {"level", "types"});
+    const auto level_of = [&](const std::string& key, const std::string& v) {
+        const auto l = parse_log_level(v);
+        if (!l) r.fail(key, "'" + v + "' is not a log level (" + log_level_list() + ")");
+        return *l;
+    };
+    if (auto l = r.string("level", false)) s.level = level_of("level", *l);
+    const toml::node* n = t.get("types");
+    if (n == nullptr) return;
+    if (!n->is_table()) r.fail("types", "must be a table of log type = \"level\", like { \"fedgate.resolve\" = \"debug\" }");
+    std::vector<std::pair<std::string, uint32_t>> globs, names;
+    for (const auto& [k, v] : *n->as_table()) {
+        const std::string type(k.str());
+        // Named as written in TOML: log.types."fedgate.resolve".
+        const auto fail = [&](const std::string& what) {
+            throw ConfigError(file, "log.types.\"" + type + "\"", what, v.source().begin.line, v.source().begin.column);
+        };
+        if (!valid_log_pattern(type))
+            fail("not a log type name or glob (1-64 of letters, digits, '_', '.', '-', '*', '?', '[]')");
+        if (!v.is_string()) fail("must be a level string (" + log_level_list() + ")");
+        const auto l = parse_log_level(v.as_string()->get());
+        if (!l) fail("'" + v.as_string()->get() + "' is not a log level (" + log_level_list() + ")");
+        // fedgate's own types are known now; a typo in one would otherwise go unnoticed until start-up.
+        if (!is_glob(type) && type.starts_with("fedgate.") &&
+            std::find(kFedgateLogTypes.begin(), kFedgateLogTypes.end(), type) == kFedgateLogTypes.end()) {
+            std::string known;
+            for (std::string_view f : kFedgateLogTypes) known += (known.empty() ? "" : ", ") + std::string(f);
+            fail("not a fedgate log type (" + known + ")");
+        }
+        (is_glob(type) ? globs : names).emplace_back(type, *l);
+    }
+    s.types = std::move(globs);
+    s.types.insert(s.types.end(), names.begin(), names.end());
+}
+
+void read_metrics(const std::string& file, const toml::table& t, MetricsSettings& s) {
+    TableReader r(file, t, "metrics", {"listen"});
+    const auto listen = r.string("listen", false);
+    if (!listen || listen->empty()) return;  // off
+    const auto ep = parse_endpoint(*listen);
+    if (!ep)
+        r.fail("listen", "'" + *listen + "' is not IP:PORT, like 127.0.0.1:" + std::to_string(kDefaultMetricsPort) +
+                             " (an empty string or no key: off)");
+    if ((ep->first >> 28) == 0xe || ep->first == UINT32_MAX)
+        r.fail("listen", "'" + *listen + "' is not a unicast address (or 0.0.0.0 for every address)");
+    s.listen = ep;
+}
+
 Proto read_proto(TableReader& r) {
     const std::string p = *r.string("proto", true);
     if (p == "tcp") return Proto::tcp;
@@ -497,8 +551,16 @@ void check_whole(const std::string& file, const toml::table& root, Config& c) {
             .fail("port", std::to_string(c.resolve.port) + " lies inside nat.port_range " + std::to_string(c.nat.port_lo) +
                               "-" + std::to_string(c.nat.port_hi) + ", which session ports come from");
     }
-    const ConnectSettings& k = c.connect;
     const toml::table empty;
+    if (c.metrics.listen)
+        for (const PortConfig& p : c.ports)
+            if (p.address.addr == c.metrics.listen->first)
+                TableReader(file, sub_table(r, root, "metrics", false, empty), "metrics")
+                    .fail("listen", format_ipv4(p.address.addr) + " is port '" + p.name +
+                                        "' of the data plane, which the kernel does not see; the endpoint is a "
+                                        "kernel socket in the gateway's network namespace: use one of its own "
+                                        "addresses, such as 127.0.0.1");
+    const ConnectSettings& k = c.connect;
     const auto fail_connect = [&](const std::string& what) {
         TableReader(file, sub_table(r, root, "connect", false, empty), "connect").fail("auto_ports", what);
     };
@@ -520,7 +582,8 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     Config c;
     c.source = source_name;
     TableReader top(source_name, root, "",
-                    {"gateway", "eal", "dataplane", "nat", "resolve", "connect", "port", "peer", "import", "export"});
+                    {"gateway", "eal", "dataplane", "nat", "resolve", "connect", "log", "metrics", "port", "peer", "import",
+                     "export"});
     const toml::table empty;
     read_gateway(source_name, sub_table(top, root, "gateway", true, empty), c);
     {
@@ -535,6 +598,8 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     read_nat(source_name, sub_table(top, root, "nat", false, empty), c.nat);
     read_resolve(source_name, sub_table(top, root, "resolve", false, empty), c.resolve);
     read_connect(source_name, sub_table(top, root, "connect", false, empty), c.connect);
+    read_log(source_name, sub_table(top, root, "log", false, empty), c.log);
+    read_metrics(source_name, sub_table(top, root, "metrics", false, empty), c.metrics);
     check_whole(source_name, root, c);
     read_mappings(source_name, top, root, c);  // after the ports and peers they refer to are checked
     return c;

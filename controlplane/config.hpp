@@ -163,6 +163,23 @@ struct ConnectSettings {
     uint32_t max_handshakes = kDefaultMaxHandshakes;  // relayed handshakes held at once
 };
 
+inline constexpr uint16_t kDefaultMetricsPort = 9410;  // the example's; [metrics] listen has no default
+
+// [log]: rte_log levels, by name (1 emerg .. 8 debug, rte_log's numbering).
+struct LogSettings {
+    std::optional<uint32_t> level;  // every fedgate.* type; absent: info, or what the EAL args set
+    // "types": a type name or glob -> level, applied after `level` in this order: globs, then exact
+    // names, so a name given exactly wins. fedgate.* names are checked here; others (lib.eal,
+    // pmd.net.*) when the EAL has registered them, at start-up.
+    std::vector<std::pair<std::string, uint32_t>> types;
+};
+
+// [metrics]: the Prometheus endpoint; off unless listen is set.
+struct MetricsSettings {
+    std::optional<std::pair<uint32_t, uint16_t>> listen;  // host-order IPv4, port
+    std::string listen_text() const;                      // "IP:PORT", or "" when off
+};
+
 struct Config {
     std::string source;  // the file it came from
     std::string party;
@@ -176,6 +193,8 @@ struct Config {
     NatSettings nat;
     ResolveSettings resolve;
     ConnectSettings connect;
+    LogSettings log;
+    MetricsSettings metrics;
     std::vector<ImportMapping> imports;
     std::vector<ExportMapping> exports;
 

@@ -22,6 +22,7 @@
 #include <tbb/task_arena.h>
 
 #include "controlplane/log.hpp"
+#include "controlplane/metrics.hpp"
 #include "controlplane/mgmt_server.hpp"
 #include "controlplane/pinger.hpp"
 #include "controlplane/auto_mapping.hpp"
@@ -102,6 +103,7 @@ int Gateway::run(const std::atomic<bool>& quit) {
         control_arena().initialize();
         punt_thread_ = std::thread([this] { punt_loop(stop_control_); });
         mgmt_->start();
+        if (metrics_) metrics_->start();
     });
 
     std::pair<Dataplane*, const std::atomic<bool>*> args{dp_.get(), &quit};
@@ -135,6 +137,7 @@ void Gateway::start() {
         throw std::runtime_error(std::string("EAL init failed (eal.args): ") + rte_strerror(rte_errno));
     eal_up_ = true;
     log_types();
+    apply_log_config();
 
     // The data plane takes the first worker lcore if there is one, else shares the main lcore.
     const unsigned worker = rte_get_next_lcore(-1, 1, 0);
@@ -229,6 +232,10 @@ void Gateway::start() {
     mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::ordered_json& r) { return handle(r); },
                                          control_arena());
 
+    // Prometheus: a kernel socket in the gateway's namespace, reading only what stats and status read.
+    if (const auto& l = cfg_.metrics.listen)
+        metrics_ = std::make_unique<MetricsServer>(l->first, l->second, [this] { return render_prometheus(stats(), status()); });
+
     // DPDK telemetry (/fedgate/...): the same management requests, fitted to telemetry's limits.
     telemetry_attach([this](const nlohmann::ordered_json& r) { return handle(r); });
 }
@@ -237,6 +244,8 @@ void Gateway::stop() {
     telemetry_detach();  // first: waits for telemetry replies in flight, then none reach what goes below
     stop_control_.store(true);
     if (pinger_) pinger_->cancel();  // a ping in flight must not hold up the shutdown
+    if (metrics_) metrics_->stop();  // before the management socket, and before what it reads goes
+    metrics_.reset();
     if (mgmt_) mgmt_->stop();
     mgmt_.reset();
     if (punt_thread_.joinable()) punt_thread_.join();
@@ -348,9 +357,15 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     if (cmd == "resolve") return resolve(req);
     if (cmd == "dir_list" || cmd == "dir_show") return dir(req);
     if (cmd == "conn_list") return conn_list(req);
+    if (cmd == "log_level") return log_level(req);
+    if (cmd == "log_list") {
+        nlohmann::ordered_json types = nlohmann::ordered_json::array();
+        for (const LogTypeLevel& t : log_type_levels()) types.push_back({{"type", t.type}, {"level", log_level_name(t.level)}});
+        return {{"global_level", log_level_name(rte_log_get_global_level())}, {"types", types}};
+    }
     throw MgmtError("unknown cmd '" + cmd +
                     "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list, dir_list, dir_show, "
-                    "resolve, conn_list)");
+                    "resolve, conn_list, log_level, log_list)");
 }
 
 nlohmann::ordered_json Gateway::status() const {
@@ -591,6 +606,39 @@ nlohmann::ordered_json Gateway::resolution_stats() const {
                         {"events_lost", d.events_lost.get()}};
     }
     return j;
+}
+
+// {"type": NAME or GLOB, "level": NAME}: every matching registered type, or nothing when none match.
+nlohmann::ordered_json Gateway::log_level(const nlohmann::ordered_json& req) {
+    if (!req.contains("type") || !req["type"].is_string())
+        throw MgmtError("log_level: \"type\" must be a log type name or glob string, like \"fedgate.*\"");
+    if (!req.contains("level") || !req["level"].is_string())
+        throw MgmtError("log_level: \"level\" must be a string (" + log_level_list() + ")");
+    const std::string type = req["type"].get<std::string>(), name = req["level"].get<std::string>();
+    if (!valid_log_pattern(type))
+        throw MgmtError("log_level: type '" + type + "' is not a log type name or glob (letters, digits, '_', '.', '-', "
+                        "'*', '?', '[]')");
+    const auto level = parse_log_level(name);
+    if (!level) throw MgmtError("log_level: level '" + name + "' is not a log level (" + log_level_list() + ")");
+    const std::vector<LogTypeLevel> changed = set_log_level(type, *level);
+    if (changed.empty())
+        throw MgmtError("log_level: no registered log type " + std::string(is_glob(type) ? "matches" : "is named") + " '" +
+                        type + "' (log_list shows them)");
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const LogTypeLevel& t : changed)
+        list.push_back({{"type", t.type}, {"from", log_level_name(t.level)}, {"to", log_level_name(*level)}});
+    FG_LOG(NOTICE, gateway, "log level of %zu type(s) matching '%s' set to %s", changed.size(), type.c_str(), name.c_str());
+    return {{"changed", list}, {"global_level", log_level_name(rte_log_get_global_level())}};
+}
+
+void Gateway::apply_log_config() {
+    const LogSettings& l = cfg_.log;
+    if (l.level) set_log_level("fedgate.*", *l.level);
+    for (const auto& [type, level] : l.types)
+        if (set_log_level(type, level).empty())
+            throw std::runtime_error("log.types.\"" + type + "\": no registered log type " +
+                                     (is_glob(type) ? "matches it" : "has that name") +
+                                     " (fedgatectl log list shows them on a running gateway)");
 }
 
 nlohmann::ordered_json Gateway::ping(const nlohmann::ordered_json& req) {

@@ -25,6 +25,7 @@ struct rte_rcu_qsbr;
 namespace fedgate {
 
 class MgmtServer;
+class MetricsServer;
 class Pinger;
 class PortMapTable;
 class AutoMappings;
@@ -61,6 +62,8 @@ private:
     nlohmann::ordered_json dir(const nlohmann::ordered_json& request);
     nlohmann::ordered_json conn_list(const nlohmann::ordered_json& request);
     nlohmann::ordered_json resolution_stats() const;
+    nlohmann::ordered_json log_level(const nlohmann::ordered_json& request);
+    void apply_log_config();  // [log]: after the EAL has registered its types
     // Hands `r` to the lcore and waits until it is done; throws MgmtError if it takes too long.
     std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout);
     // One resolution datagram from our resolution port, routed like any packet the control threads send.
@@ -86,6 +89,7 @@ private:
     std::unique_ptr<Dataplane> dp_;
     std::unique_ptr<Pinger> pinger_;
     std::unique_ptr<MgmtServer> mgmt_;
+    std::unique_ptr<MetricsServer> metrics_;  // null unless [metrics] listen is set
     std::thread punt_thread_;
     std::atomic<bool> stop_control_{false};
     unsigned dp_lcore_ = 0;

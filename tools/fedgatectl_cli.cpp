@@ -89,6 +89,9 @@ int run_map_list(const Invocation&);
 int run_map_nft(const Invocation&);
 int run_session_list(const Invocation&);
 int run_help(const Invocation&);
+void log_level_operands(po::options_description&, po::options_description&, po::positional_options_description&);
+int run_log_level(const Invocation&);
+int run_log_list(const Invocation&);
 
 constexpr std::array kCommands{
     Command{"status", "", "", "show the party, its ports with address and link, and its peers",
@@ -133,6 +136,12 @@ constexpr std::array kCommands{
     Command{"conn list", "", "[--limit N]",
             "list connection handshakes this gateway relays, in flight and finished, with their stage",
             "fedgatectl conn list\nfedgatectl conn list --json", conn_list_options, run_conn_list},
+    Command{"log level", "TYPE LEVEL", "",
+            "set the log level of a log type, or of every type a glob matches (fedgate.*, lib.eal)",
+            "fedgatectl log level fedgate.resolve debug\nfedgatectl log level 'fedgate.*' info",
+            log_level_operands, run_log_level},
+    Command{"log list", "", "", "list the registered log types and their levels",
+            "fedgatectl log list", nullptr, run_log_list},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgatectl help ping",
             help_options, run_help},
 };
@@ -159,6 +168,10 @@ constexpr std::array kGroups{
           "Connection handshakes (REQ, REP, RTU) between compute processes that this gateway relays:\n"
           "outbound (the initiator is ours), inbound (the target is ours) or local (both). A handshake\n"
           "stays listed for [connect] handshake_timeout_ms after it finishes or fails."},
+    Group{"log",
+          "The daemon's rte_log types (fedgate.gateway, fedgate.resolve, lib.eal, ...) and their levels:\n"
+          "emerg, alert, crit, err, warning, notice, info, debug. A change lasts until fedgated stops;\n"
+          "the config's [log] table sets them at start."},
 };
 
 // ---- text helpers ----------------------------------------------------------------------------
@@ -1129,6 +1142,70 @@ int run_resolve(const Invocation& inv) {
     else
         inv.out << "resolve " << field(r, "target") << ": " << field(r, "status") << " (" << field(r, "source") << ")\n";
     return ok ? 0 : 1;
+}
+
+// ---- logs ------------------------------------------------------------------------------------
+
+constexpr std::string_view kLogLevels = "emerg, alert, crit, err, warning, notice, info, debug";
+
+void log_level_operands(po::options_description&, po::options_description& hidden,
+                        po::positional_options_description& positional) {
+    hidden.add_options()("type", po::value<std::string>(), "log type or glob")("level", po::value<std::string>(),
+                                                                                "log level");
+    positional.add("type", 1).add("level", 1);
+}
+
+bool log_type_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '-' || c == '*' || c == '?' || c == '[' || c == ']';
+}
+
+int run_log_level(const Invocation& inv) {
+    constexpr std::string_view cmd = "log level";
+    if (!inv.vm.count("type"))
+        throw UsageError(std::string(cmd) + ": missing TYPE (a log type such as fedgate.resolve, or a glob such as "
+                                            "'fedgate.*'; 'fedgatectl log list' shows them)");
+    if (!inv.vm.count("level"))
+        throw UsageError(std::string(cmd) + ": missing LEVEL (" + std::string(kLogLevels) + ")");
+    const std::string type = inv.vm["type"].as<std::string>(), level = inv.vm["level"].as<std::string>();
+    if (type.empty() || type.size() > 64 || !std::all_of(type.begin(), type.end(), log_type_char))
+        throw UsageError(std::string(cmd) + ": TYPE must be a log type name or glob (1-64 of letters, digits, "
+                                            "'_', '.', '-', '*', '?', '[]'), got " + in_quotes(type));
+    const std::string levels(kLogLevels);
+    bool known = false;
+    for (std::string_view rest = levels; !rest.empty();) {
+        const size_t comma = rest.find(", ");
+        known = known || rest.substr(0, comma) == level;
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 2);
+    }
+    if (!known)
+        throw UsageError(std::string(cmd) + ": LEVEL must be one of " + levels + ", got " + in_quotes(level));
+    Json r = call(inv, {{"cmd", "log_level"}, {"type", type}, {"level", level}});
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    const Json& changed = member(r, "changed");
+    if (changed.is_array())
+        for (const auto& c : changed)
+            inv.out << field(c, "type") << ": " << field(c, "from") << " -> " << field(c, "to") << "\n";
+    return 0;
+}
+
+int run_log_list(const Invocation& inv) {
+    Json r = call(inv, {{"cmd", "log_list"}});
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    const Json& types = member(r, "types");
+    Table t(true);
+    t.row({"type", "level"});
+    if (types.is_array())
+        for (const auto& e : types) t.row({field(e, "type"), field(e, "level")});
+    t.print(inv.out);
+    inv.out << "global level " << field(r, "global_level") << " (no message above it is logged, whatever its type)\n";
+    return 0;
 }
 
 // ---- help ------------------------------------------------------------------------------------

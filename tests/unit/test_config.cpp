@@ -306,7 +306,7 @@ TEST(ConfigErrors, RelativeStateDir) {
 
 TEST(ConfigErrors, UnknownKeyAtTopLevel) {
     const std::string text = replaced(kGood, "# fedgate test configuration\n", "# fedgate test configuration\ncolour = \"blue\"\n");
-    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, nat, resolve, connect, port, peer, import, export)", 2));
+    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, nat, resolve, connect, log, metrics, port, peer, import, export)", 2));
 }
 
 TEST(ConfigErrors, UnknownKeyInGateway) {
@@ -1231,4 +1231,98 @@ TEST(ConfigErrors, ConnectAutoPortsMustBeARangeOutsideTheNatRange) {
                         line_of(text, "auto_ports")));
     text = kGood + "\n[connect]\nmax_handshakes = 0\n";
     EXPECT_THROW(parse_config(text, "test.toml"), ConfigError);
+}
+
+// [log]: levels by name, fedgate's own types checked at load.
+TEST(Config, LogTableIsOptionalAndLeavesLevelsAlone) {
+    const fedgate::Config c = parse_config(kGood, "test.toml");
+    EXPECT_FALSE(c.log.level);
+    EXPECT_TRUE(c.log.types.empty());
+}
+
+TEST(Config, LogTableParsesTheLevelAndTypesGlobsFirst) {
+    const fedgate::Config c = parse_config(kGood + R"(
+[log]
+level = "notice"
+types = { "fedgate.resolve" = "debug", "lib.eal" = "warning", "pmd.net.*" = "err" }
+)", "test.toml");
+    EXPECT_EQ(c.log.level, 6u);
+    const std::vector<std::pair<std::string, uint32_t>> want{{"pmd.net.*", 4}, {"fedgate.resolve", 8}, {"lib.eal", 5}};
+    EXPECT_EQ(c.log.types, want);
+    // The same as a sub-table.
+    const fedgate::Config d = parse_config(kGood + "\n[log.types]\n\"fedgate.connect\" = \"info\"\n", "test.toml");
+    ASSERT_EQ(d.log.types.size(), 1u);
+    EXPECT_EQ(d.log.types[0], (std::pair<std::string, uint32_t>{"fedgate.connect", 7}));
+}
+
+TEST(ConfigErrors, LogLevelThatIsNotALevelListsTheValidOnes) {
+    std::string text = kGood + "\n[log]\nlevel = \"verbose\"\n";
+    EXPECT_TRUE(rejects(text, "log.level",
+                        "'verbose' is not a log level (emerg, alert, crit, err, warning, notice, info, debug)",
+                        line_of(text, "verbose")));
+    text = kGood + "\n[log]\ntypes = { \"lib.eal\" = \"loud\" }\n";
+    EXPECT_TRUE(rejects(text, "log.types.\"lib.eal\"",
+                        "'loud' is not a log level (emerg, alert, crit, err, warning, notice, info, debug)",
+                        line_of(text, "loud")));
+    text = kGood + "\n[log]\ntypes = { \"lib.eal\" = 7 }\n";
+    EXPECT_TRUE(rejects(text, "log.types.\"lib.eal\"",
+                        "must be a level string (emerg, alert, crit, err, warning, notice, info, debug)",
+                        line_of(text, "lib.eal")));
+}
+
+TEST(ConfigErrors, LogTypeThatIsNoFedgateTypeListsThem) {
+    const std::string text = kGood + "\n[log.types]\n\"fedgate.resolver\" = \"debug\"\n";
+    EXPECT_TRUE(rejects(text, "log.types.\"fedgate.resolver\"",
+                        "not a fedgate log type (fedgate.gateway, fedgate.dataplane, fedgate.mgmt, fedgate.resolve, "
+                        "fedgate.connect, fedgate.metrics)",
+                        line_of(text, "fedgate.resolver")));
+}
+
+TEST(ConfigErrors, LogTypesMustBeATableOfNames) {
+    std::string text = kGood + "\n[log]\ntypes = \"debug\"\n";
+    EXPECT_TRUE(rejects(text, "log.types",
+                        "must be a table of log type = \"level\", like { \"fedgate.resolve\" = \"debug\" }",
+                        line_of(text, "types =")));
+    text = kGood + "\n[log.types]\n\"lib eal\" = \"debug\"\n";
+    EXPECT_TRUE(rejects(text, "log.types.\"lib eal\"",
+                        "not a log type name or glob (1-64 of letters, digits, '_', '.', '-', '*', '?', '[]')",
+                        line_of(text, "lib eal")));
+    text = kGood + "\n[log]\nlevels = \"debug\"\n";
+    EXPECT_TRUE(rejects(text, "log.levels", "unknown key (known here: level, types)", line_of(text, "levels")));
+}
+
+// [metrics]: off unless listen is set.
+TEST(Config, MetricsAreOffUnlessListenIsSet) {
+    EXPECT_FALSE(parse_config(kGood, "test.toml").metrics.listen);
+    EXPECT_FALSE(parse_config(kGood + "\n[metrics]\nlisten = \"\"\n", "test.toml").metrics.listen);
+    const fedgate::Config c = parse_config(kGood + "\n[metrics]\nlisten = \"127.0.0.1:9410\"\n", "test.toml");
+    ASSERT_TRUE(c.metrics.listen);
+    EXPECT_EQ(c.metrics.listen->first, 0x7f000001u);
+    EXPECT_EQ(c.metrics.listen->second, 9410);
+    EXPECT_EQ(c.metrics.listen_text(), "127.0.0.1:9410");
+    EXPECT_TRUE(parse_config(kGood + "\n[metrics]\nlisten = \"0.0.0.0:9100\"\n", "test.toml").metrics.listen);
+}
+
+TEST(ConfigErrors, MetricsListenThatIsNotIpPortNamesTheKey) {
+    for (const std::string bad : {"9410", "localhost:9410", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1", ":9410"}) {
+        const std::string text = kGood + "\n[metrics]\nlisten = \"" + bad + "\"\n";
+        EXPECT_TRUE(rejects(text, "metrics.listen",
+                            "'" + bad + "' is not IP:PORT, like 127.0.0.1:9410 (an empty string or no key: off)",
+                            line_of(text, "listen")))
+            << bad;
+    }
+    std::string text = kGood + "\n[metrics]\nlisten = 9410\n";
+    EXPECT_TRUE(rejects(text, "metrics.listen", "must be a string", line_of(text, "listen")));
+    text = kGood + "\n[metrics]\nlisten = \"224.0.0.1:9410\"\n";
+    EXPECT_TRUE(rejects(text, "metrics.listen", "'224.0.0.1:9410' is not a unicast address (or 0.0.0.0 for every address)",
+                        line_of(text, "listen")));
+}
+
+TEST(ConfigErrors, MetricsListenOnADataPlaneAddressIsRefused) {
+    const std::string text = kGood + "\n[metrics]\nlisten = \"198.18.1.1:9410\"\n";
+    EXPECT_TRUE(rejects(text, "metrics.listen",
+                        "198.18.1.1 is port 'inside' of the data plane, which the kernel does not see; the endpoint "
+                        "is a kernel socket in the gateway's network namespace: use one of its own addresses, such "
+                        "as 127.0.0.1",
+                        line_of(text, "listen")));
 }

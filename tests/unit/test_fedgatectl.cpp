@@ -983,3 +983,82 @@ TEST(FedgatectlResolve, NotFoundExitsOneNamingTheStatus) {
     EXPECT_EQ(x.r.status, 1);
     EXPECT_EQ(x.r.out, "resolve 2.7.99: not_found (negative_cache)\n");
 }
+
+// ---- log level, log list ----
+
+TEST(FedgatectlLog, LevelSendsTypeAndLevelAndPrintsEachChange) {
+    Exchange x = exchange(ok(R"({"changed":[{"type":"fedgate.gateway","from":"info","to":"debug"},
+        {"type":"fedgate.resolve","from":"warning","to":"debug"}],"global_level":"debug"})"),
+                          {"log", "level", "fedgate.*", "debug"});
+    EXPECT_EQ(x.request, "{\"cmd\":\"log_level\",\"type\":\"fedgate.*\",\"level\":\"debug\"}\n");
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, "fedgate.gateway: info -> debug\nfedgate.resolve: warning -> debug\n");
+}
+
+TEST(FedgatectlLog, AnUnknownTypeIsTheDaemonsRefusalExitOne) {
+    Exchange x = exchange(R"x({"ok":false,"error":"log_level: no registered log type is named 'lib.nope' (log_list shows them)"})x",
+                          {"log", "level", "lib.nope", "info"});
+    EXPECT_EQ(x.r.status, 1);
+    EXPECT_EQ(x.r.err, "fedgatectl: log_level: no registered log type is named 'lib.nope' (log_list shows them)\n");
+    EXPECT_EQ(x.r.out, "");
+}
+
+TEST(FedgatectlLog, BadLevelOrTypeExitsTwoListingTheValidOnesBeforeConnecting) {
+    struct Case {
+        std::vector<std::string> args;
+        std::string message;
+    };
+    const std::vector<Case> cases{
+        {{"log", "level", "fedgate.mgmt", "verbose"},
+         "log level: LEVEL must be one of emerg, alert, crit, err, warning, notice, info, debug, got 'verbose'"},
+        {{"log", "level", "fedgate.mgmt", "INFO"},
+         "log level: LEVEL must be one of emerg, alert, crit, err, warning, notice, info, debug, got 'INFO'"},
+        {{"log", "level", "fedgate mgmt", "info"},
+         "log level: TYPE must be a log type name or glob (1-64 of letters, digits, '_', '.', '-', '*', '?', '[]'), "
+         "got 'fedgate mgmt'"},
+        {{"log", "level", "fedgate.mgmt"},
+         "log level: missing LEVEL (emerg, alert, crit, err, warning, notice, info, debug)"},
+        {{"log", "level"}, "log level: missing TYPE"},
+    };
+    for (const Case& c : cases) {
+        FakeDaemon daemon;
+        std::vector<std::string> args{"--socket", daemon.path()};
+        args.insert(args.end(), c.args.begin(), c.args.end());
+        CtlResult r = ctl(args);
+        EXPECT_EQ(r.status, 2) << c.message;
+        EXPECT_TRUE(r.err.starts_with("fedgatectl: " + c.message)) << r.err;
+        EXPECT_NE(r.err.find("usage: fedgatectl [--socket PATH] [--json] log level TYPE LEVEL"), std::string::npos)
+            << r.err;
+        EXPECT_FALSE(daemon.has_pending_connection());
+    }
+}
+
+TEST(FedgatectlLog, ListPrintsAlignedTypesAndTheGlobalLevel) {
+    Exchange x = exchange(ok(R"({"global_level":"debug","types":[{"type":"lib.eal","level":"warning"},
+        {"type":"fedgate.gateway","level":"info"}]})"),
+                          {"log", "list"});
+    EXPECT_EQ(x.request, "{\"cmd\":\"log_list\"}\n");
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out,
+              "type             level\n"
+              "lib.eal          warning\n"
+              "fedgate.gateway  info\n"
+              "global level debug (no message above it is logged, whatever its type)\n");
+}
+
+TEST(FedgatectlLog, ListJsonPrintsTheResult) {
+    const std::string reply = ok(R"({"global_level":"debug","types":[{"type":"lib.eal","level":"warning"}]})");
+    Exchange x = exchange(reply, {"log", "list", "--json"});
+    EXPECT_EQ(x.r.status, 0);
+    EXPECT_EQ(x.r.out, pretty(reply));
+}
+
+TEST(FedgatectlLog, HelpListsTheLogCommandsAndTheGroup) {
+    CtlResult r = ctl({"help"});
+    EXPECT_NE(r.out.find("  log level TYPE LEVEL  "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("  log list  "), std::string::npos);
+    CtlResult g = ctl({"help", "log"});
+    EXPECT_EQ(g.status, 0);
+    EXPECT_TRUE(g.out.starts_with("The daemon's rte_log types")) << g.out;
+    EXPECT_NE(g.out.find("fedgatectl log level fedgate.resolve debug\n"), std::string::npos);
+}
