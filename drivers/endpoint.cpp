@@ -115,9 +115,7 @@ void Endpoint::open_rdma(RdmaProvider* rdma) {
         rdma_ready_ = rdma_->open(rdma_error_);
     if (rdma_ready_ || options_.transport != TransportChoice::automatic) return;
     // Visible, once: the fallback is never silent.
-    std::string why = rdma_error_;
-    if (why.starts_with("no RDMA device: ")) why = why.substr(16);
-    const std::string line = "endpoint " + format_process_id(options_.pid) + ": no RDMA device (" + why + "); using tcp";
+    const std::string line = "endpoint " + format_process_id(options_.pid) + ": " + rdma_error_ + "; using tcp";
     if (options_.log)
         options_.log(line);
     else

@@ -74,7 +74,7 @@ public:
 inline constexpr std::chrono::milliseconds kDefaultHandshakeTryTimeout{300};
 inline constexpr int kDefaultHandshakeTries = 6;
 inline constexpr std::size_t kDefaultAcceptBacklog = 128;
-inline constexpr uint32_t kDefaultHeartbeatMs = 1000;  // when the gateway does not say
+inline constexpr uint32_t kEndpointHeartbeatMs = 1000;  // when the gateway does not say
 
 struct EndpointOptions {
     uint32_t gateway_ipv4 = 0;  // host order
@@ -198,7 +198,7 @@ private:
     int tcp_fd_ = -1;
     int wake_fd_ = -1;
     uint16_t tcp_port_ = 0;
-    uint32_t heartbeat_ms_ = kDefaultHeartbeatMs;
+    uint32_t heartbeat_ms_ = kEndpointHeartbeatMs;
 
     std::mutex send_mu_;  // ctl_fd_ stays open while a send uses it (stop() closes it)
     mutable std::mutex mu_;  // everything below

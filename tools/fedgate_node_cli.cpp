@@ -32,6 +32,7 @@
 
 #include "drivers/digest_stream.hpp"
 #include "drivers/endpoint.hpp"
+#include "drivers/verbs_provider.hpp"
 #include "drivers/node_client.hpp"
 #include "tools/command_table.hpp"
 
@@ -111,7 +112,7 @@ constexpr std::array kCommands{
             "fedgate-node --gateway 198.18.2.1 listen --pid 2.7.42 --count 1\n"
             "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --tcp-port 5000 --transport tcp",
             listen_options, run_listen},
-    Command{"connect", "", "--pid ID --to ID --bytes N [--transport auto|rdma|tcp] [--parallel K] [--json]",
+    Command{"connect", "", "--pid ID --to ID --bytes N [--transport auto|rdma|tcp] [--parallel K] [--repeat N] [--hold] [--json]",
             "register, connect to process --to through the gateways and send it N checked bytes",
             "fedgate-node --gateway 198.18.1.1 connect --pid 1.7.42 --to 2.7.42 --bytes 268435456\n"
             "fedgate-node --gateway 198.18.1.1 connect --pid 1.7.42 --to 2.7.42 --bytes 1048576 --parallel 4 --json",
@@ -578,6 +579,7 @@ int run_resolve(const Invocation& inv) {
 constexpr uint64_t kMaxCount = 1'000'000;
 constexpr uint64_t kMaxBytes = uint64_t{1} << 33;  // 8 GiB: the stream is generated, never held
 constexpr uint64_t kMaxParallel = 256;
+constexpr uint64_t kMaxRepeat = 1'000'000;
 constexpr auto kStopCheck = std::chrono::milliseconds{200};  // how soon listen notices SIGINT/SIGTERM
 
 void listen_options(po::options_description& visible, po::options_description&,
@@ -600,6 +602,9 @@ void connect_options(po::options_description& visible, po::options_description&,
         ("transport", po::value<std::string>()->value_name("auto|rdma|tcp"), "as for listen (default auto)")
         ("parallel", po::value<std::string>()->value_name("K"), "connections at once, each from its own thread, 1..256 "
                                                                 "(default 1)")
+        ("repeat", po::value<std::string>()->value_name("N"),
+         "connections each thread makes one after another, 1..1000000 (default 1)")
+        ("hold", po::bool_switch(), "after printing, stay registered until SIGINT/SIGTERM, then deregister")
         ("json", po::bool_switch(), "print the connections as a JSON array (2-space indent)");
 }
 
@@ -642,9 +647,13 @@ EndpointOptions endpoint_options(const Invocation& inv, ProcessId pid, Transport
     return o;
 }
 
-// No RDMA provider yet: the verbs backend's adapter plugs in here. Until then auto means tcp (said
-// once on stderr) and rdma fails at stage transport.
-RdmaProvider* rdma_provider() { return nullptr; }
+// The verbs backend on the real libibverbs, choosing a GID on the subnet of the node's address.
+// Where no device exists, auto means tcp (said once on stderr) and rdma fails at stage transport.
+VerbsProvider verbs_provider(const EndpointOptions& o) {
+    RdmaOptions r;
+    r.local_ipv4 = o.bind_ipv4;
+    return VerbsProvider(real_verbs(), r);
+}
 
 bool stop_requested(int stop_fd) {
     pollfd p{stop_fd, POLLIN, 0};
@@ -677,7 +686,8 @@ int run_listen(const Invocation& inv) {
     uint64_t count = 0;
     if (auto c = opt(inv.vm, "count")) count = check_uint(cmd, "count", *c, 1, kMaxCount);
 
-    Endpoint ep(o, rdma_provider());
+    VerbsProvider rdma = verbs_provider(o);
+    Endpoint ep(o, &rdma);
     ConnectError err;
     if (!ep.listen(err)) {
         inv.err << kProg << ": listen " << format_process_id(pid) << ": stage " << conn_stage_name(err.stage) << ": "
@@ -766,18 +776,29 @@ int run_connect(const Invocation& inv) {
     const ProcessId to = check_pid(cmd, "--to", need(inv.vm, cmd, "to", "the process to connect to, such as 2.7.42"));
     const uint64_t bytes = check_uint(cmd, "bytes", need(inv.vm, cmd, "bytes", "how many bytes to send"), 0, kMaxBytes);
     const TransportChoice transport = check_choice(cmd, inv.vm);
-    uint64_t parallel = 1;
+    uint64_t parallel = 1, repeat = 1;
     if (auto k = opt(inv.vm, "parallel")) parallel = check_uint(cmd, "parallel", *k, 1, kMaxParallel);
+    if (auto n = opt(inv.vm, "repeat")) repeat = check_uint(cmd, "repeat", *n, 1, kMaxRepeat);
     const bool json = inv.vm["json"].as<bool>();
 
-    Endpoint ep(endpoint_options(inv, pid, transport), rdma_provider());
-    std::vector<ConnectOutcome> all(parallel);
+    const EndpointOptions o = endpoint_options(inv, pid, transport);
+    VerbsProvider rdma = verbs_provider(o);
+    Endpoint ep(o, &rdma);
+    std::vector<ConnectOutcome> all(parallel * repeat);
     std::vector<std::thread> threads;
     for (uint64_t i = 0; i < parallel; ++i)
-        threads.emplace_back([&, i] { all[i] = connect_once(ep, to, bytes, random_epoch() + i); });
+        threads.emplace_back([&, i] {
+            for (uint64_t r = 0; r < repeat; ++r)
+                all[i * repeat + r] = connect_once(ep, to, bytes, random_epoch() + i * repeat + r);
+        });
     for (std::thread& t : threads) t.join();
-    ep.stop();
     print_outcomes(inv, to, all, json);
+    inv.out.flush();
+    // --hold: the process (and what the gateways set up for it) stays until told to go.
+    if (inv.vm["hold"].as<bool>())
+        while (!stop_before(inv.stop_fd, Clock::now() + std::chrono::hours(1))) {
+        }
+    ep.stop();
     const bool ok = std::all_of(all.begin(), all.end(), [](const ConnectOutcome& o) { return !o.error && o.stream.ok(); });
     return ok ? 0 : 1;
 }

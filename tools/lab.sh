@@ -49,6 +49,20 @@ lab_wait() { # lab_wait WHAT CMD...
     done
 }
 
+# Test helpers: lab_check records a failure (in LAB_FAILURES) instead of stopping the script.
+LAB_FAILURES=0
+lab_check() { # lab_check DESCRIPTION CMD...
+    local what=$1
+    shift
+    if "$@"; then echo "ok   - $what"; else echo "FAIL - $what"; LAB_FAILURES=$((LAB_FAILURES + 1)); fi
+}
+lab_eq() { [[ $1 == "$2" ]] || { echo "     expected '$2', got '$1'" >&2; return 1; }; }
+lab_json() { # lab_json a|b|c PY-EXPR ARGS... — a Python expression over fedgatectl ARGS --json (as r)
+    local g=$1 expr=$2
+    shift 2
+    lab_ctl "$g" "$@" --json | python3 -c "import json,sys; r=json.load(sys.stdin); print($expr)"
+}
+
 lab_ctl() { # lab_ctl a|b|c ARGS...  — fedgatectl against gateway A, B or C
     lab_gw "$1" || return
     shift

@@ -3,4 +3,4 @@
 target_sources(fedgate_unit_tests PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/test_handshake.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_endpoint.cpp)
-target_link_libraries(fedgate_unit_tests PRIVATE fedgate_endpoint fedgate_node_cli)
+target_link_libraries(fedgate_unit_tests PRIVATE fedgate_endpoint fedgate_verbs_provider fedgate_node_cli)

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# tests/bench/connect_bench.sh — connection setup and the tcp backend's throughput through two
+# gateways, each beside a reference on the same path in the same run (two-party lab, tools/lab.sh).
+#
+# 1. Setup: a process on node a (fedgate-node connect --repeat) connects COUNT times, one after the
+#    other, to a listener on node b by process ID: resolve, REQ/REP/RTU relayed by both gateways,
+#    then the tcp data channel through the automatic mappings. Reported: setups per second and
+#    p50/p99 setup latency. Then the same with 8 threads at once. Reference: plain TCP connects
+#    (connect + close, from python3 on node a) to the same listener through the same automatic
+#    import/export pair, i.e. the same port-map path without the handshake.
+# 2. Throughput: one connection sends BYTES over the tcp backend (with SHA-256 on both sides, as
+#    fedgate-node always does); reference: iperf3 (one TCP stream, 10 s) through a mapping pair of
+#    the same two gateways to the same node. Reported as Mbit/s and the ratio.
+#
+# usage: connect_bench.sh BUILD_DIR [COUNT] [BYTES]   (root; about 2 minutes)
+set -euo pipefail
+BUILD=$(realpath "${1:?usage: connect_bench.sh BUILD_DIR [COUNT] [BYTES]}")
+COUNT=${2:-1000}
+BYTES=${3:-1073741824}
+[[ $COUNT =~ ^[0-9]+$ ]] && ((COUNT >= 10)) || { echo "connect_bench: COUNT must be an integer >= 10" >&2; exit 2; }
+[[ $BYTES =~ ^[0-9]+$ ]] && ((BYTES >= 1048576)) || { echo "connect_bench: BYTES must be >= 1048576" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "connect_bench: run as root (network namespaces)" >&2; exit 1; }
+command -v iperf3 >/dev/null || { echo "connect_bench: needs iperf3 (tools/deps.sh installs it)" >&2; exit 1; }
+
+LAB_BUILD=$BUILD
+LAB_PREFIX=kb$((RANDOM % 100))
+LAB_TIMEOUT_S=120
+source "$(dirname "$0")/../../tools/lab.sh"
+NODE=$BUILD/tools/fedgate-node
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    lab_down
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+SUMMARY=()
+result() { echo "  $*"; SUMMARY+=("$*"); }
+in_node() {
+    local g=$1 ns gw ip
+    shift
+    case $g in a) ns=$NS_A_NODE gw=$A_IN_IP ip=$A_NODE_IP ;; b) ns=$NS_B_NODE gw=$B_IN_IP ip=$B_NODE_IP ;; esac
+    ip netns exec "$ns" "$NODE" --gateway "$gw" --bind "$ip" "$@"
+}
+stats() { # stats FILE — p50/p99/mean of setup_us over fedgate-node connect --json arrays in FILE
+    python3 - "$1" <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read()
+docs = [d for d in re.split(r"(?m)^(?=\[)", text) if d.strip()]
+us = sorted(c["setup_us"] for d in docs for c in json.loads(d) if c.get("digest") == "ok")
+bad = sum(1 for d in docs for c in json.loads(d) if c.get("digest") != "ok")
+pick = lambda q: us[min(len(us) - 1, int(q * len(us)))]
+print(f"{len(us)} {bad} {pick(0.5):.0f} {pick(0.99):.0f}")
+PY
+}
+
+lab_up
+echo "== connect_bench: $COUNT setups, $BYTES bytes, $(nproc) cores, $(date -u +%FT%TZ)"
+ip netns exec "$NS_B_NODE" "$NODE" --gateway "$B_IN_IP" --bind "$B_NODE_IP" listen --pid 2.7.42 >"$WORK/listen" 2>&1 &
+PIDS+=($!)
+lab_wait "the listener" grep -q "^listening 2.7.42" "$WORK/listen"
+lab_wait "A to learn 2.7.42" lab_ctl a dir show 2.7.42
+
+echo "-- 1. setup: sequential, then 8 at once"
+t0=$(date +%s.%N)
+in_node a connect --pid 1.3.100 --to 2.7.42 --bytes 0 --repeat "$COUNT" --json >"$WORK/seq" 2>"$WORK/seq.err"
+t1=$(date +%s.%N)
+read -r ok bad p50 p99 < <(stats "$WORK/seq")
+rate=$(python3 -c "print(f'{$ok / ($t1 - $t0):.0f}')")
+result "fedgate connect, sequential: $ok ok, $bad failed, $rate setups/s (includes process start), p50 $p50 us, p99 $p99 us"
+per=$((COUNT / 8))
+t0=$(date +%s.%N)
+in_node a connect --pid 1.3.101 --to 2.7.42 --bytes 0 --repeat "$per" --parallel 8 --json >"$WORK/par" 2>"$WORK/par.err"
+t1=$(date +%s.%N)
+read -r okp badp p50p p99p < <(stats "$WORK/par")
+ratep=$(python3 -c "print(f'{$okp / ($t1 - $t0):.0f}')")
+result "fedgate connect, 8 threads: $okp ok, $badp failed, $ratep setups/s, p50 $p50p us, p99 $p99p us"
+
+# The reference needs the automatic import to stay: a holder keeps a connection's process alive.
+ip netns exec "$NS_A_NODE" "$NODE" --gateway "$A_IN_IP" --bind "$A_NODE_IP" connect --pid 1.3.102 --to 2.7.42 \
+    --bytes 0 --hold >"$WORK/hold" 2>&1 &
+PIDS+=($!)
+lab_wait "the holder" grep -q "digest" "$WORK/hold"
+import_port=$(lab_json a "[m['port'] for m in r['imports'] if m['source'] == 'auto'][0]" map list)
+ip netns exec "$NS_A_NODE" python3 - "$A_IN_IP" "$import_port" "$COUNT" >"$WORK/plain" <<'PY'
+import socket, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+lat = []
+t0 = time.perf_counter()
+for _ in range(n):
+    s = socket.socket()
+    a = time.perf_counter()
+    s.connect((host, port))
+    lat.append((time.perf_counter() - a) * 1e6)
+    s.close()
+total = time.perf_counter() - t0
+lat.sort()
+print(f"{n} {n / total:.0f} {lat[len(lat) // 2]:.0f} {lat[min(n - 1, int(0.99 * n))]:.0f}")
+PY
+read -r pn prate pp50 pp99 <"$WORK/plain"
+result "plain TCP connect, same port-map path: $pn connects, $prate connects/s, p50 $pp50 us, p99 $pp99 us"
+result "setup latency ratio (fedgate p50 / plain TCP p50): $(python3 -c "print(f'{$p50 / $pp50:.1f}')")"
+
+echo "-- 2. throughput: one tcp-backend connection beside iperf3"
+in_node a connect --pid 1.3.103 --to 2.7.42 --bytes "$BYTES" --json >"$WORK/bulk" 2>"$WORK/bulk.err"
+fg_mbit=$(python3 -c "import json; c = json.load(open('$WORK/bulk'))[0]; print(f\"{c['mbit_s']:.0f}\" if c.get('digest') == 'ok' else 0)")
+lab_ctl a map add import --cluster bench --proto tcp --port 9201 --peer beta --peer-port 19201 >/dev/null
+lab_ctl b map add export --cluster bench --proto tcp --port 19201 --node "$B_NODE_IP:5201" >/dev/null
+ip netns exec "$NS_B_NODE" iperf3 -s -B "$B_NODE_IP" -p 5201 -1 >/dev/null 2>&1 &
+PIDS+=($!)
+lab_wait "iperf3 server" bash -c "ip netns exec '$NS_B_NODE' ss -ltn | grep -q '$B_NODE_IP:5201'"
+ip netns exec "$NS_A_NODE" iperf3 -c "$A_IN_IP" -p 9201 -t 10 -J >"$WORK/iperf.json"
+ip_mbit=$(python3 -c "import json; r = json.load(open('$WORK/iperf.json')); print(f\"{r['end']['sum_received']['bits_per_second'] / 1e6:.0f}\")")
+result "tcp backend, 1 connection, $BYTES bytes with SHA-256 both sides: $fg_mbit Mbit/s"
+result "iperf3, 1 TCP stream, 10 s, same gateways: $ip_mbit Mbit/s"
+result "throughput ratio (fedgate tcp backend / iperf3): $(python3 -c "print(f'{$fg_mbit / max($ip_mbit, 1):.2f}')")"
+
+echo
+echo "== summary"
+printf '  %s\n' "${SUMMARY[@]}"
