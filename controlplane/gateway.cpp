@@ -10,7 +10,9 @@
 #include <rte_launch.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_pdump.h>
 #include <rte_rcu_qsbr.h>
+#include <rte_pdump.h>
 #include <rte_ring.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@
 #include "controlplane/mgmt_server.hpp"
 #include "controlplane/pinger.hpp"
 #include "controlplane/auto_mapping.hpp"
+#include "controlplane/capture.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/resolution.hpp"
 #include "controlplane/telemetry.hpp"
@@ -138,6 +141,14 @@ void Gateway::start() {
     eal_up_ = true;
     log_types();
     apply_log_config();
+    // With hugepages and a shared config, dpdk-dumpcap and dpdk-pdump attach as a secondary process;
+    // with --no-huge or --no-shconf they cannot, and `fedgatectl capture` is the way.
+    const bool shared = std::none_of(cfg_.eal_args.begin(), cfg_.eal_args.end(),
+                                     [](const std::string& a) { return a == "--no-shconf" || a == "--in-memory"; });
+    if (rte_eal_has_hugepages() != 0 && shared) {
+        pdump_ = rte_pdump_init() == 0;
+        FG_LOG(INFO, gateway, "rte_pdump %s", pdump_ ? "enabled: dpdk-dumpcap can attach" : "could not be enabled");
+    }
 
     // The data plane takes the first worker lcore if there is one, else shares the main lcore.
     const unsigned worker = rte_get_next_lcore(-1, 1, 0);
@@ -229,6 +240,9 @@ void Gateway::start() {
     dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_, events_},
                                       DpShared{maps_.get(), rcu_, 0, cache_.get()});
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
+    std::vector<CapturePort> capture_ports;
+    for (std::size_t i = 0; i < ports_.size(); ++i) capture_ports.push_back({cfg_.ports[i].name, ports_[i].port_id});
+    capture_ = std::make_unique<CaptureService>(std::move(capture_ports), rcu_);
     mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::ordered_json& r) { return handle(r); },
                                          control_arena());
 
@@ -248,6 +262,9 @@ void Gateway::stop() {
     metrics_.reset();
     if (mgmt_) mgmt_->stop();
     mgmt_.reset();
+    capture_.reset();  // while the lcore still runs: removing its callbacks waits for it to pass them
+    if (pdump_) rte_pdump_uninit();
+    pdump_ = false;
     if (punt_thread_.joinable()) punt_thread_.join();
     dp_.reset();
     resolution_.reset();
@@ -357,6 +374,7 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     if (cmd == "resolve") return resolve(req);
     if (cmd == "dir_list" || cmd == "dir_show") return dir(req);
     if (cmd == "conn_list") return conn_list(req);
+    if (cmd == "capture_start" || cmd == "capture_status" || cmd == "capture_stop") return capture_->handle(req);
     if (cmd == "log_level") return log_level(req);
     if (cmd == "log_list") {
         nlohmann::ordered_json types = nlohmann::ordered_json::array();
@@ -365,7 +383,7 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     }
     throw MgmtError("unknown cmd '" + cmd +
                     "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list, dir_list, dir_show, "
-                    "resolve, conn_list, log_level, log_list)");
+                    "resolve, conn_list, log_level, log_list, capture_start, capture_status, capture_stop)");
 }
 
 nlohmann::ordered_json Gateway::status() const {

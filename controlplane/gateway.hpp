@@ -29,6 +29,7 @@ class MetricsServer;
 class Pinger;
 class PortMapTable;
 class AutoMappings;
+class CaptureService;
 class ResolutionService;
 class ResolveCache;
 
@@ -81,7 +82,9 @@ private:
     rte_rcu_qsbr* rcu_ = nullptr;
     std::unique_ptr<ResolveCache> cache_;
     std::unique_ptr<ResolutionService> resolution_;
-    std::unique_ptr<AutoMappings> auto_maps_;  // the tcp transport's mappings, which resolution_ asks for
+    std::unique_ptr<AutoMappings> auto_maps_;
+    std::unique_ptr<CaptureService> capture_;  // fedgatectl capture
+    bool pdump_ = false;                       // rte_pdump_init done (hugepages, shared config)  // the tcp transport's mappings, which resolution_ asks for
     std::unique_ptr<PortMapView> maps_;
     std::unique_ptr<PortMapTable> table_;
     std::vector<PortHandle> ports_;

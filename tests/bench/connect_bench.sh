@@ -32,7 +32,8 @@ PIDS=()
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    # Only these: a bare `wait` would also wait for the gateways, which lab_down stops.
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     lab_down
     rm -rf "$WORK"
 }

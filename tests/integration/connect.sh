@@ -19,7 +19,8 @@ NODE_PIDS=()
 cleanup() {
     local p
     for p in "${NODE_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    # Only these: a bare `wait` would also wait for the gateways, which lab_down stops.
+    for p in "${NODE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     lab_down
     rm -rf "$WORK"
 }
@@ -110,8 +111,8 @@ for p in "${BATCH[@]}"; do wait "$p" && batch_ok=$((batch_ok + 1)); done
 lab_check "4 connector processes of 25 connections each all exit 0" lab_eq "$batch_ok" 4
 lab_check "100 connections completed with matching digests" lab_eq \
     "$(cat "$WORK"/many? | python3 -c 'import json,sys,re
-docs = re.split(r"(?m)^(?=\[)", sys.stdin.read())
-print(sum(1 for d in docs if d.strip() for c in json.loads(d) if c.get("digest") == "ok"))')" 100
+docs = [d for d in re.split(r"(?m)^(?=\[)", sys.stdin.read()) if d.startswith("[")]  # stderr lines come first
+print(sum(1 for d in docs for c in json.loads(d) if c.get("digest") == "ok"))')" 100
 lab_check "B relayed at least 101 established handshakes" \
     python3 -c "import sys; sys.exit(int('$(handshakes b established)') < 101)"
 
