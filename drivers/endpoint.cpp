@@ -153,7 +153,9 @@ DmaAddress Endpoint::record() const {
     DmaAddress a;
     a.pid = options_.pid;
     a.epoch = options_.epoch;
-    a.transport = rdma_ready_ ? Transport::roce_v2 : Transport::tcp;
+    // A process that asked for rdma only says so even without a device (it offers no tcp port);
+    // its listen() and connect() then fail at stage transport, naming why.
+    a.transport = rdma_ready_ || options_.transport == TransportChoice::rdma ? Transport::roce_v2 : Transport::tcp;
     a.ipv4 = options_.bind_ipv4;
     a.port = tcp_port_;
     return a;

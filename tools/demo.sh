@@ -114,6 +114,29 @@ kill -TERM "$REG_PID"
 wait "$REG_PID" || true
 rm -f "$REG_OUT"
 
+step "connection by process ID: a process on node a connects to 2.7.50 on node b and sends 64 MiB"
+LISTEN_OUT=$(mktemp)
+ip netns exec "$NS_B_NODE" "$NODE" --gateway "$B_IN_IP" --bind "$B_NODE_IP" listen --pid 2.7.50 >"$LISTEN_OUT" 2>&1 &
+LISTEN_PID=$!
+lab_wait "node b's process to listen" grep -q '^listening' "$LISTEN_OUT"
+echo "\$ fedgate-node --gateway $B_IN_IP --bind $B_NODE_IP listen --pid 2.7.50   (in node b)"
+cat "$LISTEN_OUT"
+lab_wait "gateway B's announce of 2.7.50 to reach A" lab_ctl a dir show 2.7.50
+echo "\$ fedgate-node --gateway $A_IN_IP --bind $A_NODE_IP connect --pid 1.3.100 --to 2.7.50 --bytes 67108864   (in node a)"
+ip netns exec "$NS_A_NODE" "$NODE" --gateway "$A_IN_IP" --bind "$A_NODE_IP" connect --pid 1.3.100 --to 2.7.50 \
+    --bytes 67108864
+lab_wait "the listener to report it" grep -q '^conn ' "$LISTEN_OUT"
+echo "node b's listener:"
+grep '^conn ' "$LISTEN_OUT"
+echo
+echo "the handshake as each gateway relayed it (REQ/REP/RTU), and the mappings B made for 2.7.50's tcp endpoint:"
+lab_ctl a conn list
+lab_ctl b conn list
+lab_ctl b map list --cluster auto
+kill -TERM "$LISTEN_PID"
+wait "$LISTEN_PID" || true
+rm -f "$LISTEN_OUT"
+
 step "gateway A stats"
 lab_ctl a stats
 step "gateway B stats"
