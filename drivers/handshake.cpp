@@ -212,8 +212,21 @@ ConnParams PassiveHandshakes::decide(const ConnParams& req, const PassiveOffer& 
     return rep;
 }
 
+void PassiveHandshakes::make_room() {
+    if (table_.size() < max_entries_) return;
+    for (auto it = table_.begin(); it != table_.end();) {
+        if (it->second.state == State::established || it->second.state == State::refused) {
+            it = table_.erase(it);
+            ++counters_.finished_evicted;
+        } else {
+            ++it;
+        }
+    }
+}
+
 ConnParams PassiveHandshakes::on_req(const ConnParams& req, const PassiveOffer& offer, uint64_t now_ms) {
     ++counters_.reqs;
+    make_room();
     const ConnParams rep = decide(req, offer);
     if (rep.status == ConnStatus::ok)
         ++counters_.accepted;

@@ -134,7 +134,8 @@ struct PassiveOffer {
 
 struct PassiveCounters {
     uint64_t reqs = 0, duplicate_reqs = 0, accepted = 0, established_by_rtu = 0, established_by_preamble = 0,
-             late_rtus = 0, unknown_preambles = 0, half_open_dropped = 0, table_full = 0;
+             late_rtus = 0, unknown_preambles = 0, half_open_dropped = 0, table_full = 0,
+             finished_evicted = 0;  // finished entries dropped early to make room for new handshakes
     std::array<uint64_t, 10> refused{};  // by ConnStatus
 };
 
@@ -172,6 +173,9 @@ public:
 
     // Drops half-open entries older than the timeout (returned, counted) and forgets finished ones.
     std::vector<Key> expire(uint64_t now_ms);
+    // A full table first drops its finished (established or refused) entries, which are only kept to
+    // answer repeats; only handshakes still in progress can make it refuse new ones.
+    void make_room();
     // When expire() has something to do next.
     std::optional<uint64_t> next_expiry() const;
 

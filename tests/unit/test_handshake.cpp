@@ -227,6 +227,23 @@ TEST(HandshakePassive, FullTableAnswersBusyWithoutSaving) {
     EXPECT_EQ(target.counters().table_full, 1u);
 }
 
+TEST(HandshakePassive, AFullTableMakesRoomByDroppingFinishedHandshakes) {
+    PassiveHandshakes target(kTarget, kTimeout, 1);
+    PassiveOffer off = tcp_offer();
+    off.caps = kCapAll;
+    off.rdma = qp(0x2222, 0x00abcd, 4096);
+    ASSERT_EQ(target.on_req(req(kCapAll, qp(0x1111, 0x123456, 1024)), off, 0).status, ConnStatus::ok);
+    ASSERT_EQ(target.on_rtu(req(kCapAll)), PassiveHandshakes::RtuResult::established);
+    ConnParams other = req(kCapTcp);
+    other.conn_id = 2;
+    EXPECT_EQ(target.on_req(other, tcp_offer(), 0).status, ConnStatus::ok) << "the established one made room";
+    EXPECT_EQ(target.counters().finished_evicted, 1u);
+    EXPECT_EQ(target.half_open(), 1u);
+    ConnParams third = req(kCapTcp);
+    third.conn_id = 3;
+    EXPECT_EQ(target.on_req(third, tcp_offer(), 0).status, ConnStatus::busy) << "a half-open one does not";
+}
+
 TEST(HandshakePassive, RdmaRtuEstablishesAndALateRtuIsCounted) {
     PassiveHandshakes target = passive();
     PassiveOffer off = tcp_offer();
