@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "dataplane/conn_wire.hpp"
 #include "dataplane/peer_auth.hpp"
 #include "dataplane/resolve_wire.hpp"
 
@@ -70,6 +71,18 @@ void check_record(const uint8_t* p) {
     check(a->qpn <= kMaxQpn);
 }
 
+// A decodable handshake body re-encodes to exactly its bytes, within the field widths.
+void check_conn(const uint8_t* p) {
+    ConnBody w;
+    std::memcpy(&w, p, sizeof w);
+    const std::optional<ConnParams> c = decode(w);
+    if (!c) return;
+    ConnBody again;
+    encode(*c, again);
+    check(std::memcmp(&again, &w, sizeof w) == 0);
+    check(c->qpn <= kMaxQpn && c->psn <= kMaxPsn && c->conn_id != 0 && (c->caps & ~kCapAll) == 0);
+}
+
 void check_body(MsgType type, std::span<const uint8_t> body) {
     if (const std::size_t fixed = fixed_body_size(type); fixed != 0) {
         check(body.size() == fixed);
@@ -77,6 +90,12 @@ void check_body(MsgType type, std::span<const uint8_t> body) {
         case MsgType::reg: check_record(body.data() + offsetof(RegisterBody, record)); break;
         case MsgType::resolve_reply: check_record(body.data() + offsetof(ResolveReplyBody, record)); break;
         case MsgType::answer: check_record(body.data() + offsetof(AnswerBody, record)); break;
+        case MsgType::conn_req:
+        case MsgType::conn_rep:
+        case MsgType::conn_rtu:
+        case MsgType::hs_req:
+        case MsgType::hs_rep:
+        case MsgType::hs_rtu: check_conn(body.data()); break;
         default: break;
         }
         return;

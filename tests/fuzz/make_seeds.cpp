@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dataplane/peer_auth.hpp"
+#include "dataplane/conn_wire.hpp"
 #include "dataplane/resolve_wire.hpp"
 #include "tests/support/packet_builder.hpp"
 
@@ -144,7 +145,20 @@ std::vector<Bytes> resolve_seeds() {
         in.push_back(control);
         return cat(std::move(in), d);
     };
+    ConnParams hs;  // a handshake, as REQ from a process and relayed between gateways
+    hs.conn_id = 0xc0ffee;
+    hs.initiator = ProcessId::make(1, 3, 100);
+    hs.target = ProcessId::make(2, 7, 42);
+    hs.caps = kCapAll;
+    hs.qpn = 0x1234;
+    hs.psn = 0xabcdef;
+    hs.mtu = 1024;
+    ConnBody conn{};
+    encode(hs, conn);
     return {
+        message(MsgType::conn_req, 0, 0, raw(conn)),
+        message(MsgType::hs_req, next(), 1, raw(conn)),
+        message(MsgType::hs_rep, next(), 1, raw(conn)),
         message(MsgType::reg, 1, 0, raw(record(1, Transport::roce_v2))),
         message(MsgType::heartbeat, 2, 0, process_ref(1)),
         message(MsgType::deregister, 3, 0, process_ref(1)),
