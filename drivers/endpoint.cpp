@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "drivers/node_client.hpp"
+#include "drivers/socket_util.hpp"
 #include "drivers/tcp_backend.hpp"
 
 namespace fedgate {
@@ -28,19 +29,6 @@ constexpr const char* kNoDevice = "no RDMA device: ibv_get_device_list found non
 constexpr int kMaxPollMs = 1000;       // the loop looks at its timers at least this often
 constexpr std::size_t kRxBuffer = 2048;  // larger than any valid message
 constexpr int kDeregisterTries = 2;    // stopping should not take long when the gateway is gone
-
-sockaddr_in sockaddr_of(uint32_t ipv4, uint16_t port) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(ipv4);
-    a.sin_port = htons(port);
-    return a;
-}
-
-template <typename T>
-std::span<const uint8_t> bytes_of(const T& v) {
-    return {reinterpret_cast<const uint8_t*>(&v), sizeof v};
-}
 
 uint64_t derived_timeout_ms(const EndpointOptions& o) {
     if (o.handshake_timeout.count() > 0) return static_cast<uint64_t>(o.handshake_timeout.count());

@@ -15,6 +15,8 @@
 #include <system_error>
 #include <utility>
 
+#include "drivers/socket_util.hpp"
+
 namespace fedgate {
 namespace {
 
@@ -29,19 +31,6 @@ std::string ipv4_text(uint32_t host_order) {
     const in_addr a{htonl(host_order)};
     char buf[INET_ADDRSTRLEN];
     return ::inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
-}
-
-sockaddr_in sockaddr_of(uint32_t ipv4, uint16_t port) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(ipv4);
-    a.sin_port = htons(port);
-    return a;
-}
-
-template <typename T>
-std::span<const uint8_t> bytes_of(const T& v) {
-    return {reinterpret_cast<const uint8_t*>(&v), sizeof v};
 }
 
 }  // namespace

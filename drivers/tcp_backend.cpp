@@ -11,16 +11,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "drivers/socket_util.hpp"
+
 namespace fedgate {
 namespace {
-
-sockaddr_in sockaddr_of(uint32_t ipv4, uint16_t port) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(ipv4);
-    a.sin_port = htons(port);
-    return a;
-}
 
 std::string where(uint32_t ipv4, uint16_t port) { return ipv4_text(ipv4) + ":" + std::to_string(port); }
 
