@@ -75,6 +75,19 @@ void AutoMappings::peer_process_left(ProcessId pid) {
     }
 }
 
+std::size_t AutoMappings::peer_removed(uint16_t party) {
+    std::size_t n = 0;
+    for (auto it = imports_.begin(); it != imports_.end();) {
+        const auto next = std::next(it);
+        if (it->first.first == party) {
+            remove_import(it);
+            ++n;
+        }
+        it = next;
+    }
+    return n;
+}
+
 void AutoMappings::remove_import(std::map<ImportKey, Import>::iterator it) {
     table_.remove_automatic("import", Proto::tcp, it->second.port);
     imports_.erase(it);

@@ -38,6 +38,8 @@ public:
     void process_left(ProcessId pid);
     // A peer's process left (withdrawn by its party): imports that reach it go.
     void peer_process_left(ProcessId pid);
+    // A reload removed the peer party: imports that reach its processes go. Returns how many.
+    std::size_t peer_removed(uint16_t party);
 
     std::optional<uint16_t> exported_port(ProcessId pid) const;
     // The internal port through which `initiator` reaches the peer party's exported `peer_port`

@@ -31,6 +31,7 @@ struct Ipv4Cidr {
     std::string str() const;
     uint32_t mask() const { return ipv4_mask(prefix_len); }
     Ipv4Cidr network() const { return {addr & mask(), prefix_len}; }  // host bits cleared
+    bool operator==(const Ipv4Cidr&) const = default;
 };
 
 enum class PortRoleCfg { internal, external };
@@ -42,6 +43,7 @@ struct PortConfig {
     Ipv4Cidr address;
     std::optional<uint32_t> next_hop;  // host byte order
     std::vector<std::pair<uint32_t, std::array<uint8_t, 6>>> static_neighbours;  // host-order IP, MAC
+    bool operator==(const PortConfig&) const = default;
 };
 
 struct PeerConfig {
@@ -49,6 +51,7 @@ struct PeerConfig {
     uint16_t party_id = 0;
     uint32_t address = 0;  // host byte order
     std::vector<uint8_t> key;
+    bool operator==(const PeerConfig&) const = default;
 };
 
 enum class Proto : uint8_t { tcp = 0, udp = 1 };  // same numbering as the data plane's L4Proto
@@ -67,6 +70,7 @@ struct ImportMapping {
     uint16_t peer_port = 0;
     std::vector<Ipv4Cidr> allow;  // local source prefixes; empty: any node
     MapSource source = MapSource::config;
+    bool operator==(const ImportMapping&) const = default;
 };
 
 // Export: external-address:port -> node:node_port, for the listed peer parties (empty: every peer).
@@ -78,6 +82,7 @@ struct ExportMapping {
     uint16_t node_port = 0;
     std::vector<std::string> allow_parties;
     MapSource source = MapSource::config;
+    bool operator==(const ExportMapping&) const = default;
 };
 
 inline constexpr uint16_t kDefaultNatPortLo = 20000;
@@ -96,6 +101,7 @@ struct NatSettings {
     uint32_t tcp_transitory_s = kDefaultTcpTransitoryS;
     uint32_t udp_s = kDefaultUdpS;
     uint32_t tcp_closing_s = kDefaultTcpClosingS;
+    bool operator==(const NatSettings&) const = default;
 };
 
 struct DataplaneSettings {
@@ -108,6 +114,7 @@ struct DataplaneSettings {
     uint32_t neighbour_stale_s = kDefaultNeighbourStaleS;
     uint32_t arp_probe_interval_ms = kDefaultArpProbeIntervalMs;
     uint32_t arp_probes = kDefaultArpProbes;
+    bool operator==(const DataplaneSettings&) const = default;
 };
 
 inline constexpr uint16_t kDefaultResolvePortCfg = 7410;  // same as the wire's kDefaultResolvePort
@@ -146,6 +153,7 @@ struct ResolveSettings {
     uint32_t max_clock_skew_ms = kDefaultMaxClockSkewMs;  // peer messages older or newer are refused
     uint32_t announce_window = kDefaultAnnounceWindow;    // announce messages in flight per peer
     uint32_t retransmit_ms = kDefaultRetransmitMs;        // first retransmission timeout (doubles)
+    bool operator==(const ResolveSettings&) const = default;
 };
 
 inline constexpr uint16_t kDefaultAutoPortLo = 61000;
@@ -161,6 +169,7 @@ struct ConnectSettings {
     uint32_t handshake_timeout_ms = kDefaultHandshakeTimeoutMs;  // a relayed handshake not done by then fails;
                                                                  // finished ones stay listed this long
     uint32_t max_handshakes = kDefaultMaxHandshakes;  // relayed handshakes held at once
+    bool operator==(const ConnectSettings&) const = default;
 };
 
 inline constexpr uint16_t kDefaultMetricsPort = 9410;  // the example's; [metrics] listen has no default
@@ -172,12 +181,14 @@ struct LogSettings {
     // names, so a name given exactly wins. fedgate.* names are checked here; others (lib.eal,
     // pmd.net.*) when the EAL has registered them, at start-up.
     std::vector<std::pair<std::string, uint32_t>> types;
+    bool operator==(const LogSettings&) const = default;
 };
 
 // [metrics]: the Prometheus endpoint; off unless listen is set.
 struct MetricsSettings {
     std::optional<std::pair<uint32_t, uint16_t>> listen;  // host-order IPv4, port
     std::string listen_text() const;                      // "IP:PORT", or "" when off
+    bool operator==(const MetricsSettings&) const = default;
 };
 
 struct Config {

@@ -1,4 +1,5 @@
-// fedgated: the gateway daemon. Reads one TOML config, checks it whole, then runs until SIGINT/SIGTERM.
+// fedgated: the gateway daemon. Reads one TOML config, checks it whole, then runs until SIGINT/SIGTERM
+// (SIGHUP re-reads the config, as `fedgatectl reload` does).
 #include <boost/program_options.hpp>
 
 #include <atomic>
@@ -16,6 +17,8 @@ std::atomic<bool> g_quit{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler stores to it");
 
 extern "C" void on_signal(int) { g_quit.store(true); }
+std::atomic<bool> g_reload{false};
+extern "C" void on_hup(int) { g_reload.store(true); }
 
 constexpr const char* kUsage = R"(usage: fedgated --config FILE [--check]
 
@@ -27,6 +30,7 @@ management socket named in the config ([gateway] socket).
   --help          this text
   --version       print the version
 
+SIGHUP re-reads the config and applies what can change while running, as `fedgatectl reload` does.
 Exit codes: 0 clean stop (SIGINT/SIGTERM), 1 config or start-up error, 2 bad command line.
 Example:
   fedgated --config /etc/fedgate/fedgate.toml
@@ -77,8 +81,12 @@ int main(int argc, char** argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+    struct sigaction hup {};
+    hup.sa_handler = on_hup;
+    sigemptyset(&hup.sa_mask);
+    sigaction(SIGHUP, &hup, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
 
     fedgate::Gateway gw(std::move(cfg));
-    return gw.run(g_quit);
+    return gw.run(g_quit, &g_reload);
 }

@@ -30,6 +30,7 @@
 #include "controlplane/auto_mapping.hpp"
 #include "controlplane/capture.hpp"
 #include "controlplane/portmap_table.hpp"
+#include "controlplane/reload.hpp"
 #include "controlplane/resolution.hpp"
 #include "controlplane/telemetry.hpp"
 
@@ -86,11 +87,13 @@ int dataplane_lcore_main(void* arg) {
 
 }  // namespace
 
-Gateway::Gateway(Config cfg) : cfg_(std::move(cfg)), started_(std::chrono::steady_clock::now()) {}
+Gateway::Gateway(Config cfg)
+    : cfg_(std::move(cfg)), live_(std::make_shared<const Config>(cfg_)), started_(std::chrono::steady_clock::now()) {}
 
 Gateway::~Gateway() { stop(); }
 
-int Gateway::run(const std::atomic<bool>& quit) {
+int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_requested) {
+    reload_requested_ = reload_requested;
     try {
         start();
     } catch (const std::exception& e) {
@@ -140,7 +143,7 @@ void Gateway::start() {
         throw std::runtime_error(std::string("EAL init failed (eal.args): ") + rte_strerror(rte_errno));
     eal_up_ = true;
     log_types();
-    apply_log_config();
+    apply_log_config(cfg_.log);
     // With hugepages and a shared config, dpdk-dumpcap and dpdk-pdump attach as a secondary process;
     // with --no-huge or --no-shconf they cannot, and `fedgatectl capture` is the way.
     const bool shared = std::none_of(cfg_.eal_args.begin(), cfg_.eal_args.end(),
@@ -312,6 +315,15 @@ void Gateway::punt_loop(const std::atomic<bool>& quit) {
     resolution_->start(now_ms());
     uint64_t next_tick = 0;
     while (!quit.load()) {
+        if (reload_requested_ != nullptr && reload_requested_->exchange(false)) {
+            try {
+                const nlohmann::ordered_json r = reload();
+                FG_LOG(NOTICE, gateway, "SIGHUP: reloaded %s: %zu change(s), %zu mapping(s) dropped",
+                       cfg_.source.c_str(), r["changes"].size(), r["dropped"].size());
+            } catch (const std::exception& e) {
+                FG_LOG(ERR, gateway, "SIGHUP: %s", e.what());
+            }
+        }
         const unsigned n = rte_ring_sc_dequeue_burst(punt_, reinterpret_cast<void**>(pkts), Dataplane::kBurst, nullptr);
         for (unsigned i = 0; i < n; ++i) {
             ParsedPacket p;
@@ -376,6 +388,7 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     if (cmd == "conn_list") return conn_list(req);
     if (cmd == "capture_start" || cmd == "capture_status" || cmd == "capture_stop") return capture_->handle(req);
     if (cmd == "log_level") return log_level(req);
+    if (cmd == "reload") return reload();
     if (cmd == "log_list") {
         nlohmann::ordered_json types = nlohmann::ordered_json::array();
         for (const LogTypeLevel& t : log_type_levels()) types.push_back({{"type", t.type}, {"level", log_level_name(t.level)}});
@@ -383,7 +396,7 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     }
     throw MgmtError("unknown cmd '" + cmd +
                     "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list, dir_list, dir_show, "
-                    "resolve, conn_list, log_level, log_list, capture_start, capture_status, capture_stop)");
+                    "resolve, conn_list, log_level, log_list, reload, capture_start, capture_status, capture_stop)");
 }
 
 nlohmann::ordered_json Gateway::status() const {
@@ -405,7 +418,7 @@ nlohmann::ordered_json Gateway::status() const {
         });
     }
     nlohmann::ordered_json peers = nlohmann::ordered_json::array();
-    for (const PeerConfig& p : cfg_.peers)
+    for (const PeerConfig& p : live()->peers)
         peers.push_back({{"party", p.party}, {"party_id", p.party_id}, {"address", format_ipv4(p.address)}});
     const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     return {
@@ -649,14 +662,86 @@ nlohmann::ordered_json Gateway::log_level(const nlohmann::ordered_json& req) {
     return {{"changed", list}, {"global_level", log_level_name(rte_log_get_global_level())}};
 }
 
-void Gateway::apply_log_config() {
-    const LogSettings& l = cfg_.log;
+void Gateway::apply_log_config(const LogSettings& l) {
     if (l.level) set_log_level("fedgate.*", *l.level);
     for (const auto& [type, level] : l.types)
         if (set_log_level(type, level).empty())
             throw std::runtime_error("log.types.\"" + type + "\": no registered log type " +
                                      (is_glob(type) ? "matches it" : "has that name") +
                                      " (fedgatectl log list shows them on a running gateway)");
+}
+
+std::shared_ptr<const Config> Gateway::live() const {
+    std::lock_guard lk(live_mu_);
+    return live_;
+}
+
+static std::vector<DpPeer> dp_peers(const Config& c) {
+    std::vector<DpPeer> out;
+    for (const PeerConfig& p : c.peers) out.push_back(DpPeer{rte_cpu_to_be_32(p.address), p.party_id, p.key});
+    return out;
+}
+
+// Order matters: each step that can fail comes before anything that cannot be undone. The lcore's
+// peer table first (undone by swapping the old one back), then the port maps (which change nothing
+// when they fail), then what cannot fail: the announce streams, the snapshot, the log levels.
+nlohmann::ordered_json Gateway::reload() {
+    std::lock_guard serial(reload_mu_);
+    const std::shared_ptr<const Config> running = live();
+    const auto refuse = [&](const std::string& why) {
+        FG_LOG(WARNING, gateway, "reload of %s refused: %s", cfg_.source.c_str(), why.c_str());
+        return MgmtError("reload refused, nothing changed: " + why);
+    };
+    std::shared_ptr<const Config> next;
+    try {
+        next = std::make_shared<const Config>(load_config_file(cfg_.source));
+    } catch (const ConfigError& e) {
+        throw refuse(e.what());
+    }
+    const ConfigDiff diff = diff_config(*running, *next);
+    if (!diff.refused.empty()) {
+        std::string all;
+        for (const std::string& r : diff.refused) all += (all.empty() ? "" : "; ") + r;
+        throw refuse(all);
+    }
+    if (diff.log_changed)
+        for (const auto& [type, level] : next->log.types)
+            if (!log_pattern_matches(type))
+                throw refuse(cfg_.source + ": log.types.\"" + type + "\": no registered log type " +
+                             (is_glob(type) ? "matches it" : "has that name") + " (fedgatectl log list shows them)");
+
+    const auto set_lcore_peers = [&](const Config& c) {
+        auto r = std::make_unique<DpRequest>();
+        r->kind = DpRequest::Kind::set_peers;
+        r->peers = make_peer_table(dp_peers(c), SeqClock::realtime_ns());
+        for (const PeerConfig& p : c.peers) r->peer_parties.push_back(p.party_id);
+        ask_lcore(std::move(r), kRequestTimeout);  // comes back holding the old table, freed here
+    };
+    if (diff.peers_changed) {
+        try {
+            set_lcore_peers(*next);
+        } catch (const MgmtError& e) {
+            throw refuse(std::string("the data plane did not take the new peers: ") + e.what());
+        }
+    }
+    std::vector<std::string> dropped;
+    try {
+        table_->reload(next, &dropped);
+    } catch (const MapError& e) {
+        if (diff.peers_changed) set_lcore_peers(*running);
+        throw refuse(std::string("port maps: ") + e.what());
+    }
+    if (diff.peers_changed) resolution_->reload(next, now_ms());
+    {
+        std::lock_guard lk(live_mu_);
+        live_ = next;
+    }
+    if (diff.log_changed) apply_log_config(next->log);
+    for (const ReloadChange& c : diff.changes) FG_LOG(NOTICE, gateway, "reload: %s", c.text().c_str());
+    for (const std::string& d : dropped) FG_LOG(NOTICE, gateway, "reload: %s", d.c_str());
+    nlohmann::ordered_json dropped_json = nlohmann::ordered_json::array();
+    for (const std::string& d : dropped) dropped_json.push_back(d);
+    return {{"config", cfg_.source}, {"changes", changes_json(diff.changes)}, {"dropped", dropped_json}};
 }
 
 nlohmann::ordered_json Gateway::ping(const nlohmann::ordered_json& req) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -45,7 +46,9 @@ public:
 
     // Initialises the EAL and brings everything up, runs until `quit` turns true, then tears down in
     // order. Returns the process exit code; start-up failures are logged with their cause.
-    int run(const std::atomic<bool>& quit);
+    // `reload_requested` (may be null): set by a SIGHUP handler; a control thread then reloads the
+    // config as `fedgatectl reload` does, logging the outcome.
+    int run(const std::atomic<bool>& quit, std::atomic<bool>* reload_requested = nullptr);
 
     // One management request (already parsed); returns the result object or throws with a message.
     nlohmann::ordered_json handle(const nlohmann::ordered_json& request);
@@ -64,14 +67,26 @@ private:
     nlohmann::ordered_json conn_list(const nlohmann::ordered_json& request);
     nlohmann::ordered_json resolution_stats() const;
     nlohmann::ordered_json log_level(const nlohmann::ordered_json& request);
-    void apply_log_config();  // [log]: after the EAL has registered its types
+    void apply_log_config(const LogSettings& l);  // [log]: after the EAL has registered its types
+    // `fedgatectl reload`: re-reads cfg_.source and applies its peers, mappings and log levels, or
+    // refuses the whole file (a parse error, or a change only a restart can make) changing nothing.
+    nlohmann::ordered_json reload();
+    // The config as the last reload left it. Only peers, mappings and log levels ever differ from
+    // cfg_; a reader that needs them takes this snapshot, which never changes under it.
+    std::shared_ptr<const Config> live() const;
     // Hands `r` to the lcore and waits until it is done; throws MgmtError if it takes too long.
     std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout);
     // One resolution datagram from our resolution port, routed like any packet the control threads send.
     void send_udp(uint32_t dst, uint16_t dst_port, std::span<const uint8_t> datagram);
     uint64_t now_ms() const;  // the lcore's clock
 
-    Config cfg_;
+    // As started. A reload refuses any change to what the running gateway was built from, so every
+    // field but peers, mappings and [log] stays true; those are read from live().
+    const Config cfg_;
+    mutable std::mutex live_mu_;
+    std::shared_ptr<const Config> live_;  // under live_mu_
+    std::mutex reload_mu_;                // one reload at a time
+    std::atomic<bool>* reload_requested_ = nullptr;
     std::chrono::steady_clock::time_point started_;
     bool eal_up_ = false;
     rte_mempool* pool_ = nullptr;

@@ -64,6 +64,14 @@ std::vector<LogTypeLevel> log_type_levels() {
     return out;
 }
 
+bool log_pattern_matches(std::string_view pattern) {
+    const std::string pat(pattern);
+    const bool glob = is_glob(pattern);
+    for (const LogTypeLevel& t : log_type_levels())
+        if (glob ? fnmatch(pat.c_str(), t.type.c_str(), 0) == 0 : t.type == pattern) return true;
+    return false;
+}
+
 std::vector<LogTypeLevel> set_log_level(std::string_view pattern, uint32_t level) {
     std::vector<LogTypeLevel> changed;
     if (level < RTE_LOG_EMERG || level > RTE_LOG_DEBUG) return changed;

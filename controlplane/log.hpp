@@ -78,6 +78,9 @@ struct LogTypeLevel {
 // Every type registered with rte_log, in registration order, with its current level.
 std::vector<LogTypeLevel> log_type_levels();
 
+// Whether `pattern` (an exact name or a glob) names at least one registered type.
+bool log_pattern_matches(std::string_view pattern);
+
 // Sets `level` on every registered type `pattern` names (an exact name, or a glob such as
 // "fedgate.*"). Returns the types it matched with their level before the change; an empty result
 // means it named none, and nothing changed.

@@ -33,7 +33,7 @@ void write_all(int fd, const std::string& data, const std::string& path) {
 }  // namespace
 
 PortMapTable::PortMapTable(const Config& cfg, PortMapView& view, rte_rcu_qsbr* rcu, std::string state_file)
-    : cfg_(cfg), view_(view), rcu_(rcu), state_file_(std::move(state_file)) {}
+    : cfg_(&cfg), view_(view), rcu_(rcu), state_file_(std::move(state_file)) {}
 
 PortMapTable::~PortMapTable() {
     // The data plane is stopped by now: take every rule back out and free it.
@@ -44,12 +44,12 @@ PortMapTable::~PortMapTable() {
 }
 
 void PortMapTable::publish(const ImportMapping& m) {
-    const ImportRule* old = view_.publish(l4(m.proto), rte_cpu_to_be_16(m.port), new ImportRule(make_rule(m, cfg_)));
+    const ImportRule* old = view_.publish(l4(m.proto), rte_cpu_to_be_16(m.port), new ImportRule(make_rule(m, *cfg_)));
     if (old != nullptr) retired_imports_.push_back(old);
 }
 
 void PortMapTable::publish(const ExportMapping& m) {
-    const ExportRule* old = view_.publish(l4(m.proto), rte_cpu_to_be_16(m.port), new ExportRule(make_rule(m, cfg_)));
+    const ExportRule* old = view_.publish(l4(m.proto), rte_cpu_to_be_16(m.port), new ExportRule(make_rule(m, *cfg_)));
     if (old != nullptr) retired_exports_.push_back(old);
 }
 
@@ -72,11 +72,11 @@ void PortMapTable::reclaim() {
     retired_exports_.clear();
 }
 
-void PortMapTable::persist(const std::vector<ImportMapping>& imports, const std::vector<ExportMapping>& exports,
-                           const std::vector<Key>& deleted) const {
+void PortMapTable::persist(const Config& cfg, const std::vector<ImportMapping>& imports,
+                           const std::vector<ExportMapping>& exports, const std::vector<Key>& deleted) const {
     nlohmann::ordered_json added = nlohmann::ordered_json::array();
     for (const auto& m : imports)
-        if (m.source == MapSource::cli) added.push_back(to_json(m, cfg_));
+        if (m.source == MapSource::cli) added.push_back(to_json(m, cfg));
     for (const auto& m : exports)
         if (m.source == MapSource::cli) added.push_back(to_json(m));
     nlohmann::ordered_json gone = nlohmann::ordered_json::array();
@@ -122,8 +122,8 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
     std::vector<ExportMapping> auto_exports;
     std::copy_if(imports_.begin(), imports_.end(), std::back_inserter(auto_imports), [](const auto& m) { return m.source == MapSource::automatic; });
     std::copy_if(exports_.begin(), exports_.end(), std::back_inserter(auto_exports), [](const auto& m) { return m.source == MapSource::automatic; });
-    imports_ = cfg_.imports;
-    exports_ = cfg_.exports;
+    imports_ = cfg_->imports;
+    exports_ = cfg_->exports;
     deleted_config_.clear();
 
     std::ifstream in(state_file_);
@@ -153,14 +153,14 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
                 if (kind == "import") {
                     ImportMapping m = import_from_json(a);
                     m.source = MapSource::cli;
-                    check_mapping(m, cfg_);
+                    check_mapping(m, *cfg_);
                     if (std::any_of(imports_.begin(), imports_.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
                         throw MapError("port", mapping_key("import", m.proto, m.port) + " is now mapped by the config");
                     imports_.push_back(m);
                 } else if (kind == "export") {
                     ExportMapping m = export_from_json(a);
                     m.source = MapSource::cli;
-                    check_mapping(m, cfg_);
+                    check_mapping(m, *cfg_);
                     if (std::any_of(exports_.begin(), exports_.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
                         throw MapError("port", mapping_key("export", m.proto, m.port) + " is now mapped by the config");
                     exports_.push_back(m);
@@ -187,12 +187,69 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
     reclaim();
 }
 
+void PortMapTable::reload(std::shared_ptr<const Config> next, std::vector<std::string>* dropped) {
+    std::vector<std::string> ignored;
+    if (dropped == nullptr) dropped = &ignored;
+    std::lock_guard lk(mu_);
+    const Config& c = *next;
+    const auto deleted = [&](const char* kind, const auto& m) {
+        return std::find(deleted_config_.begin(), deleted_config_.end(), Key{kind, m.proto, m.port}) != deleted_config_.end();
+    };
+    std::vector<ImportMapping> imports;
+    std::vector<ExportMapping> exports;
+    for (const auto& m : c.imports)
+        if (!deleted("import", m)) imports.push_back(m);
+    for (const auto& m : c.exports)
+        if (!deleted("export", m)) exports.push_back(m);
+    bool cli_dropped = false;
+    const auto carry = [&](auto& list, const auto& old, const char* kind) {
+        for (const auto& m : old) {
+            if (m.source == MapSource::config) continue;
+            std::string why;
+            if (std::any_of(list.begin(), list.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
+                why = "the config maps that port now";
+            else
+                try {
+                    check_mapping(m, c);
+                } catch (const MapError& e) {
+                    why = e.what();
+                }
+            if (why.empty()) {
+                list.push_back(m);
+                continue;
+            }
+            dropped->push_back(std::string(source_name(m.source)) + " mapping " + mapping_key(kind, m.proto, m.port) +
+                               " dropped: " + why);
+            cli_dropped = cli_dropped || m.source == MapSource::cli;
+        }
+    };
+    carry(imports, imports_, "import");
+    carry(exports, exports_, "export");
+    if (cli_dropped) persist(c, imports, exports, deleted_config_);  // may throw: nothing has changed yet
+
+    held_ = std::move(next);
+    cfg_ = held_.get();
+    // Publishing over a rule replaces it at once; only keys no longer mapped are taken out.
+    const auto kept = [](const auto& list, const auto& m) {
+        return std::any_of(list.begin(), list.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; });
+    };
+    for (const auto& m : imports_)
+        if (!kept(imports, m)) unpublish({"import", m.proto, m.port});
+    for (const auto& m : exports_)
+        if (!kept(exports, m)) unpublish({"export", m.proto, m.port});
+    imports_ = std::move(imports);
+    exports_ = std::move(exports);
+    for (const auto& m : imports_) publish(m);
+    for (const auto& m : exports_) publish(m);
+    reclaim();
+}
+
 template <typename M>
 nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& m_in, const char* kind, MapSource source) {
     M m = m_in;
     m.source = source;
-    check_mapping(m, cfg_);
     std::lock_guard lk(mu_);
+    check_mapping(m, *cfg_);  // under the lock: a reload may swap the config
     for (const auto& o : list)
         if (o.proto == m.proto && o.port == m.port)
             throw MapError("port", mapping_key(kind, m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
@@ -208,7 +265,7 @@ nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& 
     publish(m);
     reclaim();
     if constexpr (std::is_same_v<M, ImportMapping>)
-        return to_json(m, cfg_);
+        return to_json(m, *cfg_);
     else
         return to_json(m);
 }
@@ -248,7 +305,7 @@ nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Ke
             imports.push_back(m);
             continue;
         }
-        out.push_back(to_json(m, cfg_));
+        out.push_back(to_json(m, *cfg_));
         gone.push_back(k);
         if (m.source == MapSource::config) deleted.push_back(k);
     }
@@ -291,7 +348,7 @@ nlohmann::ordered_json PortMapTable::list(const std::optional<std::string>& clus
     std::lock_guard lk(mu_);
     nlohmann::ordered_json imports = nlohmann::ordered_json::array(), exports = nlohmann::ordered_json::array();
     for (const auto& m : imports_)
-        if (!cluster || m.cluster == *cluster) imports.push_back(to_json(m, cfg_));
+        if (!cluster || m.cluster == *cluster) imports.push_back(to_json(m, *cfg_));
     for (const auto& m : exports_)
         if (!cluster || m.cluster == *cluster) exports.push_back(to_json(m));
     return {{"imports", imports}, {"exports", exports}};
@@ -299,16 +356,16 @@ nlohmann::ordered_json PortMapTable::list(const std::optional<std::string>& clus
 
 std::string PortMapTable::nft_rules(const std::optional<std::string>& cluster) const {
     std::lock_guard lk(mu_);
-    const PortConfig* in = cfg_.port(PortRoleCfg::internal);
+    const PortConfig* in = cfg_->port(PortRoleCfg::internal);
     std::ostringstream o;
-    o << "# fedgate: node-side rules for party " << cfg_.party << (cluster ? ", cluster " + *cluster : std::string())
+    o << "# fedgate: node-side rules for party " << cfg_->party << (cluster ? ", cluster " + *cluster : std::string())
       << ".\n# On a node: nft -f FILE. A program there may then dial the peer's external address and port;\n"
       << "# the node sends it to this gateway's mapped port instead.\n"
       << "table ip fedgate\ndelete table ip fedgate\n"
       << "table ip fedgate {\n    chain output {\n        type nat hook output priority -100; policy accept;\n";
     for (const ImportMapping& m : imports_) {
         if (cluster && m.cluster != *cluster) continue;
-        const PeerConfig* peer = cfg_.peer(m.peer);
+        const PeerConfig* peer = cfg_->peer(m.peer);
         if (peer == nullptr || in == nullptr) continue;
         o << "        ip daddr " << format_ipv4(peer->address) << ' ' << proto_name(m.proto) << " dport " << m.peer_port
           << " dnat to " << format_ipv4(in->address.addr) << ':' << m.port << " comment \"import " << m.cluster

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -29,6 +30,13 @@ public:
     // A state file that no longer fits the config (a peer gone, a port now taken) loses the entries
     // that do not fit, each named in `warnings`; an unreadable one is an error (throws).
     void load(std::vector<std::string>* warnings);
+
+    // `fedgatectl reload`: `next` becomes the config every later check reads. Its mappings replace
+    // the config mappings (less those deleted at run time, which stay deleted); run-time and
+    // automatic mappings stay unless their peer is gone or `next` maps their port, each one dropped
+    // named in `dropped`. Rules are replaced in place, so a mapping that stays never blinks. Throws
+    // MapError only when the state file cannot be rewritten; then nothing has changed.
+    void reload(std::shared_ptr<const Config> next, std::vector<std::string>* dropped);
 
     // Each throws MapError naming the field when refused; then nothing has changed, on disk or in
     // the data plane. On success the change is on disk (fsync'd) before it is published.
@@ -70,6 +78,10 @@ private:
     template <typename M>
     nlohmann::ordered_json add_mapping(std::vector<M>& list, const M& m, const char* kind, MapSource source);
     void persist(const std::vector<ImportMapping>& imports, const std::vector<ExportMapping>& exports,
+                 const std::vector<Key>& deleted) const {
+        persist(*cfg_, imports, exports, deleted);
+    }
+    void persist(const Config& cfg, const std::vector<ImportMapping>& imports, const std::vector<ExportMapping>& exports,
                  const std::vector<Key>& deleted) const;
     void publish(const ImportMapping& m);
     void publish(const ExportMapping& m);
@@ -77,7 +89,10 @@ private:
     void reclaim();  // waits for a grace period, then frees what was replaced
     nlohmann::ordered_json remove_if(const std::function<bool(const Key&, const std::string& cluster)>& match);
 
-    const Config& cfg_;
+    // The config as started, or as the last reload left it (held_ keeps that one alive); read and
+    // swapped under mu_ only.
+    const Config* cfg_;
+    std::shared_ptr<const Config> held_;
     PortMapView& view_;
     rte_rcu_qsbr* rcu_;
     std::string state_file_;

@@ -34,7 +34,7 @@ T body_as(std::span<const uint8_t> body, std::size_t offset = 0) {
 }  // namespace
 
 ResolutionService::ResolutionService(const Config& cfg, ResolveCache& cache, SendUdp send, Synchronize sync)
-    : cfg_(cfg),
+    : cfg_(&cfg),
       cache_(cache),
       send_(std::move(send)),
       sync_(std::move(sync)),
@@ -49,12 +49,45 @@ ResolutionService::~ResolutionService() = default;
 
 void ResolutionService::start(uint64_t now_ms) {
     std::lock_guard lock(mu_);
-    if (!cfg_.resolve.announce) return;
+    if (!cfg_->resolve.announce) return;
     for (auto& p : peers_) restart_stream(*p, now_ms);
 }
 
+std::vector<uint16_t> ResolutionService::reload(std::shared_ptr<const Config> next, uint64_t now_ms) {
+    std::lock_guard lock(mu_);
+    const Config& c = *next;
+    std::vector<std::unique_ptr<Peer>> peers;
+    for (const PeerConfig& p : c.peers) {
+        const auto same = std::find_if(peers_.begin(), peers_.end(), [&](const auto& o) { return o && o->cfg == p; });
+        if (same != peers_.end()) {
+            peers.push_back(std::move(*same));  // unchanged: its streams carry on
+            continue;
+        }
+        peers.push_back(std::make_unique<Peer>(
+            Peer{p, HmacKey(p.key), AnnounceSender(c.resolve.announce_window, c.resolve.retransmit_ms), {}}));
+        restart_stream(*peers.back(), now_ms);
+    }
+    std::vector<uint16_t> removed;
+    for (const auto& old : peers_) {
+        if (!old) continue;
+        const uint16_t party = old->cfg.party_id;
+        if (std::any_of(c.peers.begin(), c.peers.end(), [&](const PeerConfig& p) { return p.party_id == party; }))
+            continue;  // changed, not removed: the new stream's snapshot replaces what it announced
+        removed.push_back(party);
+        counters_.records_withdrawn += cache_.remove_if([party](const CacheEntry& e) {
+            return e.owner_party == party && e.kind != CacheKind::local && e.kind != CacheKind::negative;
+        });
+        if (auto_ != nullptr) auto_->peer_removed(party);
+    }
+    peers_ = std::move(peers);
+    held_ = std::move(next);
+    cfg_ = held_.get();
+    reclaim();
+    return removed;
+}
+
 void ResolutionService::restart_stream(Peer& peer, uint64_t now_ms) {
-    if (!cfg_.resolve.announce) return;
+    if (!cfg_->resolve.announce) return;
     peer.out.restart(random_stream_id(), dir_.records(), now_ms);
 }
 
@@ -70,11 +103,11 @@ ResolutionService::Peer* ResolutionService::peer_by_party(uint16_t party) {
 void ResolutionService::send_peer(Peer& peer, MsgType type, std::span<const uint8_t> body) {
     std::vector<uint8_t> d(sizeof(MsgHeader) + body.size() + kMacLen);
     MsgHeader h;
-    encode(Header{type, cfg_.party_id, static_cast<uint16_t>(body.size()), seq_.next(), 1}, h);
+    encode(Header{type, cfg_->party_id, static_cast<uint16_t>(body.size()), seq_.next(), 1}, h);
     std::memcpy(d.data(), &h, sizeof h);
     std::memcpy(d.data() + sizeof h, body.data(), body.size());
     peer.key.seal(d);
-    send_(peer.cfg.address, cfg_.resolve.port, d);
+    send_(peer.cfg.address, cfg_->resolve.port, d);
     ++counters_.peer_msgs_sent;
 }
 
@@ -96,7 +129,7 @@ void ResolutionService::reg_reply(uint32_t dst, uint16_t dst_port, uint64_t requ
     b.status = static_cast<uint8_t>(s);
     store_be64(b.pid, pid.value);
     store_be32(b.epoch, epoch);
-    store_be32(b.heartbeat_ms, cfg_.resolve.heartbeat_ms);
+    store_be32(b.heartbeat_ms, cfg_->resolve.heartbeat_ms);
     std::memcpy(d.data(), &h, sizeof h);
     std::memcpy(d.data() + sizeof h, &b, sizeof b);
     send_(dst, dst_port, d);
@@ -166,17 +199,17 @@ void ResolutionService::publish(const DirectoryChange& c, uint64_t now_ms) {
     case DirectoryChange::Kind::none: return;
     case DirectoryChange::Kind::added:
     case DirectoryChange::Kind::replaced:
-        if (cache_.upsert(c.record.pid, c.record, CacheKind::local, cfg_.party_id, UINT64_MAX) ==
+        if (cache_.upsert(c.record.pid, c.record, CacheKind::local, cfg_->party_id, UINT64_MAX) ==
             ResolveCache::Upsert::full)
             ++counters_.cache_full;
-        if (cfg_.resolve.announce)
+        if (cfg_->resolve.announce)
             for (auto& p : peers_) p->out.announce(c.record);
         if (auto_ != nullptr) auto_->process_registered(c.record);
         break;
     case DirectoryChange::Kind::removed:
         process_gone(c.record);
         cache_.remove(c.record.pid);
-        if (cfg_.resolve.announce)
+        if (cfg_->resolve.announce)
             for (auto& p : peers_) p->out.withdraw(c.record.pid, c.record.epoch);
         break;
     }
@@ -284,11 +317,11 @@ void ResolutionService::on_event(const ResolveEvent& ev, uint64_t now_ms) {
     // Announced and local records are better than anything a query taught us.
     if (old != nullptr && (old->kind == CacheKind::local || old->kind == CacheKind::announced)) return;
     if (ev.negative != 0) {
-        if (cfg_.resolve.negative_ttl_ms == 0) return;
-        cache_.upsert(ev.key, DmaAddress{}, CacheKind::negative, 0, now_ms + cfg_.resolve.negative_ttl_ms);
+        if (cfg_->resolve.negative_ttl_ms == 0) return;
+        cache_.upsert(ev.key, DmaAddress{}, CacheKind::negative, 0, now_ms + cfg_->resolve.negative_ttl_ms);
         ++counters_.learned_negative;
     } else {
-        const uint64_t ttl_s = ev.record.ttl_s != 0 ? ev.record.ttl_s : cfg_.resolve.answer_ttl_s;
+        const uint64_t ttl_s = ev.record.ttl_s != 0 ? ev.record.ttl_s : cfg_->resolve.answer_ttl_s;
         if (cache_.upsert(ev.key, ev.record, CacheKind::answered, ev.owner_party, now_ms + ttl_s * 1000) ==
             ResolveCache::Upsert::full)
             ++counters_.cache_full;
@@ -309,8 +342,8 @@ void ResolutionService::tick(uint64_t now_ms) {
         peer.out.poll(now_ms, [&](MsgType type, const std::vector<uint8_t>& body) { send_peer(peer, type, body); });
     }
     if (now_ms >= next_sync_ms_) {
-        next_sync_ms_ = now_ms + cfg_.resolve.sync_interval_ms;
-        if (cfg_.resolve.announce) {
+        next_sync_ms_ = now_ms + cfg_->resolve.sync_interval_ms;
+        if (cfg_->resolve.announce) {
             const auto records = static_cast<uint32_t>(dir_.size());
             for (auto& p : peers_) {
                 const SyncBody b = p->out.sync_body(records);
@@ -360,7 +393,7 @@ void ResolutionService::to_peer(uint16_t party, MsgType type, const ConnParams& 
 }
 
 std::optional<Endpoint4> ResolutionService::exported_endpoint(ProcessId target) {
-    const PortConfig* ext = cfg_.port(PortRoleCfg::external);
+    const PortConfig* ext = cfg_->port(PortRoleCfg::external);
     if (auto_ == nullptr || ext == nullptr) return std::nullopt;
     const auto port = auto_->exported_port(target);
     if (!port) return std::nullopt;
@@ -369,7 +402,7 @@ std::optional<Endpoint4> ResolutionService::exported_endpoint(ProcessId target) 
 
 std::optional<Endpoint4> ResolutionService::imported_endpoint(uint16_t party, uint16_t peer_port, ProcessId target,
                                                               ProcessId initiator) {
-    const PortConfig* in = cfg_.port(PortRoleCfg::internal);
+    const PortConfig* in = cfg_->port(PortRoleCfg::internal);
     const Peer* peer = peer_by_party(party);
     if (auto_ == nullptr || in == nullptr || peer == nullptr || peer_port == 0) return std::nullopt;
     const auto port = auto_->import_port(peer->cfg, peer_port, target, initiator);
@@ -429,7 +462,7 @@ nlohmann::ordered_json ResolutionService::dir_list(bool local, bool remote, std:
         if (e.expires_ms <= now_ms) return true;
         const bool is_local = e.kind == CacheKind::local;
         if ((is_local && !local) || (!is_local && !remote)) return true;
-        entries.push_back(entry_json(e, cfg_, now_ms));
+        entries.push_back(entry_json(e, *cfg_, now_ms));
         return entries.size() < limit;
     });
     return {{"total", total}, {"shown", entries.size()}, {"entries", entries}};
@@ -439,7 +472,7 @@ nlohmann::ordered_json ResolutionService::dir_show(ProcessId pid, uint64_t now_m
     std::lock_guard lock(mu_);
     const CacheEntry* e = cache_.find(pid, now_ms);
     if (e == nullptr) throw std::runtime_error("process " + format_process_id(pid) + " is not in the directory");
-    nlohmann::ordered_json j = entry_json(*e, cfg_, now_ms);
+    nlohmann::ordered_json j = entry_json(*e, *cfg_, now_ms);
     if (const auto p = dir_.find(pid)) {
         j["source"] = format_ipv4(p->source);
         j["registered_ms_ago"] = now_ms > p->registered_ms ? now_ms - p->registered_ms : 0;

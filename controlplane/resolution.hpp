@@ -48,6 +48,12 @@ public:
     // tcp across parties are refused with no_mapping). Set before start().
     void set_auto_mappings(AutoMappings* m) { auto_ = m; }
 
+    // `fedgatectl reload`: the peers become `next`'s. A new peer gets a stream with a snapshot; a
+    // removed one loses its stream, and what it announced or answered leaves the cache (with the
+    // automatic imports that reached its processes); one whose key or address changed starts a new
+    // stream. `next` becomes the config every later read sees. Returns the removed peers' parties.
+    std::vector<uint16_t> reload(std::shared_ptr<const Config> next, uint64_t now_ms);
+
     // Starts the announce streams (each with a snapshot of the directory, empty at first).
     void start(uint64_t now_ms);
     // A resolution message the lcore punted (its checks passed). Addresses and ports host order.
@@ -93,7 +99,10 @@ private:
     std::optional<Endpoint4> imported_endpoint(uint16_t party, uint16_t peer_port, ProcessId target,
                                                ProcessId initiator) override;
 
-    const Config& cfg_;
+    // The config as started, or as the last reload left it (held_ keeps that one alive); the
+    // fields a reload may change (peers) are read under mu_.
+    const Config* cfg_;
+    std::shared_ptr<const Config> held_;
     ResolveCache& cache_;
     SendUdp send_;
     Synchronize sync_;

@@ -57,6 +57,24 @@ int Dataplane::route_for_nat(const void* self, uint32_t dst, uint32_t* next_hop)
     return route(static_cast<const Dataplane*>(self)->port_cfgs_, dst, next_hop);
 }
 
+std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint64_t start_seq) {
+    std::vector<DpPeerState> table;
+    table.reserve(peers.size());
+    for (const DpPeer& p : peers)
+        table.push_back(DpPeerState{p, HmacKey(p.key), {ReplayWindow(start_seq), ReplayWindow(start_seq)}});
+    return table;
+}
+
+void carry_over_replay_windows(const std::vector<DpPeerState>& old, std::vector<DpPeerState>& next) {
+    for (DpPeerState& n : next)
+        for (const DpPeerState& o : old)
+            if (o.cfg.addr == n.cfg.addr && o.cfg.party == n.cfg.party && o.cfg.key == n.cfg.key) {
+                n.windows[0] = o.windows[0];
+                n.windows[1] = o.windows[1];
+                break;
+            }
+}
+
 Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>& ports, rte_mempool* pool,
                      DpRings rings, DpShared shared)
     : ports_(std::make_unique<Port[]>(ports.size())),
@@ -80,13 +98,9 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
         resolve_cfg_ = cfg.resolve;
         resolve_port_be_ = rte_cpu_to_be_16(cfg.resolve.port);
         resolve_cfg_.resolver.peer_parties.clear();
-        peers_.reserve(cfg.resolve.peers.size());
-        for (const DpPeer& p : cfg.resolve.peers) {
-            // Our own clock starts each window: messages stamped before we started are refused.
-            const uint64_t start = SeqClock::realtime_ns();
-            peers_.push_back(PeerState{p, HmacKey(p.key), {ReplayWindow(start), ReplayWindow(start)}});
-            resolve_cfg_.resolver.peer_parties.push_back(p.party);
-        }
+        // Our own clock starts each window: messages stamped before we started are refused.
+        peers_ = make_peer_table(cfg.resolve.peers, SeqClock::realtime_ns());
+        for (const DpPeer& p : cfg.resolve.peers) resolve_cfg_.resolver.peer_parties.push_back(p.party);
         resolver_ = std::make_unique<Resolver>(resolve_cfg_.resolver, *shared.cache, static_cast<ResolverIo&>(*this));
     }
     now_ms_ = now_ms();
@@ -444,6 +458,12 @@ void Dataplane::answer(DpRequest& r) {
         }
         // reply() completes it, now or when the query finishes.
         return resolver_->request(Requester{0, 0, 0, 0, &r}, r.target, now_ms_);
+    case DpRequest::Kind::set_peers:
+        // Swapped, not copied: the lcore allocates nothing, and the old table goes back to be freed.
+        carry_over_replay_windows(peers_, r.peers);
+        std::swap(peers_, r.peers);
+        if (resolver_ != nullptr) resolver_->set_peers(r.peer_parties);
+        break;
     case DpRequest::Kind::session_dump:
         r.sessions.clear();
         nat_.sessions().visit(0, [&](const Session& s) {
@@ -546,7 +566,7 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
         if (peers_[i].cfg.addr == p.src_ip) idx = static_cast<int>(i);
     if (idx < 0 || peers_[idx].cfg.party != msg.header.sender_party || msg.header.channel > 1)
         return drop(m, in, DropReason::resolve_unknown_peer);
-    PeerState& peer = peers_[idx];
+    DpPeerState& peer = peers_[idx];
     ReplayWindow& window = peer.windows[msg.header.channel];
     switch (window.check(msg.header.seq, SeqClock::realtime_ns(), resolve_cfg_.max_skew_ns)) {
     case ReplayVerdict::ok: break;

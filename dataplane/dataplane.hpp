@@ -46,6 +46,21 @@ struct DpPeer {
     std::vector<uint8_t> key;
 };
 
+// A peer as the lcore checks its messages: its key, ready to use, and a replay window per sender
+// channel (0 its lcore, 1 its control threads).
+struct DpPeerState {
+    DpPeer cfg;
+    HmacKey key;
+    ReplayWindow windows[2];
+};
+
+// A fresh peer table for `peers`: windows start at `start_seq` (our clock), so messages stamped
+// before it are refused. Control threads build it; the lcore adopts it (set_peers).
+std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint64_t start_seq);
+// A peer of `next` that `old` holds unchanged (address, party and key) keeps its replay windows,
+// so a reload neither refuses its messages in flight nor lets old ones be replayed. No allocation.
+void carry_over_replay_windows(const std::vector<DpPeerState>& old, std::vector<DpPeerState>& next);
+
 // The resolution service on the lcore. port 0: off (every UDP packet to our addresses is l4_unhandled).
 struct DpResolveConfig {
     uint16_t port = 0;  // host order
@@ -90,8 +105,10 @@ struct DpRings {
 // A question to the lcore. The control thread sizes `sessions` (reserve) before it asks, so the
 // lcore fills it without allocating, then sets `done` (release) and never touches it again.
 // For `resolve`, the lcore answers once the query finishes (at the latest after the query timeout).
+// For `set_peers`, the lcore swaps `peers` and `peer_parties` with its own (carrying replay windows
+// over), so the request comes back holding the old table, which the control thread frees.
 struct DpRequest {
-    enum class Kind : uint8_t { session_dump, resolve } kind = Kind::session_dump;
+    enum class Kind : uint8_t { session_dump, resolve, set_peers } kind = Kind::session_dump;
     uint32_t limit = 0;
     std::vector<Session> sessions;
     uint64_t total = 0;
@@ -100,6 +117,8 @@ struct DpRequest {
     ResolveStatus status = ResolveStatus::ok;
     AnswerSource source = AnswerSource::cache;
     DmaAddress record;
+    std::vector<DpPeerState> peers;
+    std::vector<uint16_t> peer_parties;  // peers[i].cfg.party, for the resolver
     std::atomic<bool> done{false};
 };
 
@@ -226,14 +245,9 @@ private:
     uint64_t next_tick_ms_ = 0;
 
     // The resolution service (null members when it is off).
-    struct PeerState {
-        DpPeer cfg;
-        HmacKey key;
-        ReplayWindow windows[2];  // per sender channel: 0 its lcore, 1 its control threads
-    };
     DpResolveConfig resolve_cfg_;
     uint16_t resolve_port_be_ = 0;
-    std::vector<PeerState> peers_;
+    std::vector<DpPeerState> peers_;
     std::unique_ptr<Resolver> resolver_;
     SeqClock seq_;  // our channel 0
     rte_mbuf* spare_ = nullptr;  // a request's mbuf, free for the reply send_message builds next

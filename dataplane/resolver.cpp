@@ -31,6 +31,27 @@ Resolver::Resolver(const ResolverConfig& cfg, const ResolveCache& cache, Resolve
     all_peers_ = cfg_.peer_parties.size() == 64 ? ~uint64_t{0} : (uint64_t{1} << cfg_.peer_parties.size()) - 1;
 }
 
+void Resolver::set_peers(std::vector<uint16_t>& parties) {
+    if (parties.size() > kMaxPeers) return;  // the config allows no more; never on the lcore's path
+    const auto remap = [&](uint64_t bits) {
+        uint64_t out = 0;
+        for (std::size_t i = 0; i < cfg_.peer_parties.size(); ++i) {
+            if ((bits & (uint64_t{1} << i)) == 0) continue;
+            for (std::size_t j = 0; j < parties.size(); ++j)
+                if (parties[j] == cfg_.peer_parties[i]) out |= uint64_t{1} << j;
+        }
+        return out;
+    };
+    for (uint32_t s = 0; s < cfg_.pending_capacity; ++s) {
+        Pending& p = slots_[s];
+        if (p.query_id == 0) continue;
+        p.asked = remap(p.asked);
+        p.said_no = remap(p.said_no);
+    }
+    std::swap(cfg_.peer_parties, parties);
+    all_peers_ = cfg_.peer_parties.size() == 64 ? ~uint64_t{0} : (uint64_t{1} << cfg_.peer_parties.size()) - 1;
+}
+
 int Resolver::peer_index(uint16_t party) const {
     for (std::size_t i = 0; i < cfg_.peer_parties.size(); ++i)
         if (cfg_.peer_parties[i] == party) return static_cast<int>(i);

@@ -85,6 +85,10 @@ public:
     const ResolverCounters& counters() const { return counters_; }
     uint32_t pending() const { return pending_count_; }
     int peer_index(uint16_t party) const;  // -1 if not a peer
+    // A new peer list (a reload): swapped with `parties`, which gets the old one back, so nothing is
+    // allocated. Pending queries keep the peers that stay (re-indexed); answers from removed peers
+    // no longer match, and a query left asking no one times out as usual.
+    void set_peers(std::vector<uint16_t>& parties);
 
 private:
     struct Pending {

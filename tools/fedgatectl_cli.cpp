@@ -96,6 +96,7 @@ int run_help(const Invocation&);
 void log_level_operands(po::options_description&, po::options_description&, po::positional_options_description&);
 int run_log_level(const Invocation&);
 int run_log_list(const Invocation&);
+int run_reload(const Invocation&);
 void capture_options(po::options_description&, po::options_description&, po::positional_options_description&);
 int run_capture(const Invocation&);
 
@@ -153,6 +154,9 @@ constexpr std::array kCommands{
             log_level_operands, run_log_level},
     Command{"log list", "", "", "list the registered log types and their levels",
             "fedgatectl log list", nullptr, run_log_list},
+    Command{"reload", "", "",
+            "re-read the config file and apply changed peers, mappings and log levels, or refuse it whole",
+            "fedgatectl reload\nfedgatectl reload --json", nullptr, run_reload},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgatectl help ping",
             help_options, run_help},
 };
@@ -1297,6 +1301,25 @@ int run_log_list(const Invocation& inv) {
         for (const auto& e : types) t.row({field(e, "type"), field(e, "level")});
     t.print(inv.out);
     inv.out << "global level " << field(r, "global_level") << " (no message above it is logged, whatever its type)\n";
+    return 0;
+}
+
+// ---- reload ----------------------------------------------------------------------------------
+
+int run_reload(const Invocation& inv) {
+    Json r = call(inv, {{"cmd", "reload"}});
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    const Json& changes = member(r, "changes");
+    const Json& dropped = member(r, "dropped");
+    const bool none = (!changes.is_array() || changes.empty()) && (!dropped.is_array() || dropped.empty());
+    if (changes.is_array())
+        for (const auto& c : changes) inv.out << field(c, "text") << "\n";
+    if (dropped.is_array())
+        for (const auto& d : dropped) inv.out << text(d) << "\n";
+    if (none) inv.out << "no changes\n";
     return 0;
 }
 

@@ -1062,3 +1062,56 @@ TEST(FedgatectlLog, HelpListsTheLogCommandsAndTheGroup) {
     EXPECT_TRUE(g.out.starts_with("The daemon's rte_log types")) << g.out;
     EXPECT_NE(g.out.find("fedgatectl log level fedgate.resolve debug\n"), std::string::npos);
 }
+
+// ---- reload ----
+
+TEST(FedgatectlReload, SendsReloadAndPrintsEachChangeThenEachDrop) {
+    Exchange x = exchange(ok(R"({"config":"/etc/fedgate/a.toml","changes":[
+        {"kind":"peer","name":"gamma","change":"added","text":"peer gamma added"},
+        {"kind":"import","name":"tcp/8080","change":"added","text":"import tcp/8080 added"},
+        {"kind":"log","name":"fedgate.resolve","change":"set to debug","text":"log fedgate.resolve set to debug"}],
+        "dropped":["cli mapping import udp/7000 dropped: peer: 'delta' is not a configured peer party"]})"),
+                          {"reload"});
+    EXPECT_EQ(x.request, "{\"cmd\":\"reload\"}\n");
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, "peer gamma added\nimport tcp/8080 added\nlog fedgate.resolve set to debug\n"
+                       "cli mapping import udp/7000 dropped: peer: 'delta' is not a configured peer party\n");
+}
+
+TEST(FedgatectlReload, NothingChangedPrintsNoChanges) {
+    Exchange x = exchange(ok(R"({"config":"a.toml","changes":[],"dropped":[]})"), {"reload"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, "no changes\n");
+}
+
+TEST(FedgatectlReload, JsonPrintsTheReplyAsIs) {
+    Exchange x = exchange(ok(R"({"config":"a.toml","changes":[],"dropped":[]})"), {"reload", "--json"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.r.out, "{\n  \"config\": \"a.toml\",\n  \"changes\": [],\n  \"dropped\": []\n}\n");
+}
+
+TEST(FedgatectlReload, ARefusalExitsOneWithTheDaemonsMessage) {
+    Exchange x = exchange(
+        R"x({"ok":false,"error":"reload refused, nothing changed: [gateway] party_id: cannot change while running; restart fedgated"})x",
+        {"reload"});
+    EXPECT_EQ(x.r.status, 1);
+    EXPECT_EQ(x.r.err, "fedgatectl: reload refused, nothing changed: [gateway] party_id: cannot change while running; "
+                       "restart fedgated\n");
+    EXPECT_EQ(x.r.out, "");
+}
+
+TEST(FedgatectlReload, AnOperandIsAUsageErrorAndNothingIsSent) {
+    FakeDaemon daemon;
+    CtlResult r = ctl({"--socket", daemon.path(), "reload", "now"});
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(first_line(r.err), "fedgatectl: reload: unexpected argument 'now'");
+    EXPECT_FALSE(daemon.has_pending_connection());
+}
+
+TEST(FedgatectlReload, HelpListsReload) {
+    CtlResult r = ctl({"help"});
+    EXPECT_NE(r.out.find("  reload  "), std::string::npos) << r.out;
+    CtlResult h = ctl({"help", "reload"});
+    EXPECT_EQ(h.status, 0);
+    EXPECT_NE(h.out.find("fedgatectl reload --json"), std::string::npos) << h.out;
+}

@@ -498,6 +498,83 @@ TEST_F(PortMapTableTest, ListFiltersByCluster) {
     EXPECT_EQ(t.list(std::string("c9")), (json{{"imports", json::array()}, {"exports", json::array()}}));
 }
 
+// ---- reload ----
+
+// kConfig with `from` replaced by `to` (each must occur), parsed as the reloaded file.
+std::shared_ptr<const fedgate::Config> edited(const std::string& from, const std::string& to) {
+    std::string text = kConfig;
+    const auto at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    return std::make_shared<const fedgate::Config>(fedgate::parse_config(text, "test.toml"));
+}
+
+TEST_F(PortMapTableTest, ReloadReplacesConfigMappingsAndKeepsRunTimeAndAutomaticOnes) {
+    fedgate::PortMapTable& t = open();
+    const json cli = t.add(import_of("c2", Proto::udp, 7000, "gamma", 7001));
+    t.add_automatic(export_of("auto", Proto::tcp, 61000, "198.18.1.30:4000"));
+    const std::string state_before = slurp(state_);
+    std::vector<std::string> dropped;
+    t.reload(edited("port = 8080", "port = 8081"), &dropped);
+    EXPECT_TRUE(dropped.empty());
+    EXPECT_EQ(published(), (std::vector<std::string>{"import tcp/8081", "export tcp/9000", "export tcp/61000",
+                                                     "import udp/7000"}));
+    EXPECT_EQ(t.list(std::string("c2")), (json{{"imports", json::array({cli})}, {"exports", json::array()}}));
+    EXPECT_EQ(slurp(state_), state_before);  // nothing run-time changed: the state file is untouched
+}
+
+TEST_F(PortMapTableTest, ReloadKeepsConfigMappingsDeletedAtRunTimeDeleted) {
+    fedgate::PortMapTable& t = open();
+    t.remove("export", Proto::tcp, 9000);
+    std::vector<std::string> dropped;
+    t.reload(edited("port = 8080", "port = 8081"), &dropped);
+    EXPECT_EQ(published(), (std::vector<std::string>{"import tcp/8081"}));
+}
+
+TEST_F(PortMapTableTest, ReloadDropsRunTimeAndAutomaticMappingsOfARemovedPeerAndSaysSo) {
+    fedgate::PortMapTable& t = open();
+    t.add(import_of("c2", Proto::udp, 7000, "gamma", 7001));
+    t.add(export_of("c2", Proto::tcp, 9100, "198.18.1.40:80", {"gamma"}));
+    t.add(import_of("c2", Proto::udp, 7002, "beta", 7003));
+    t.add_automatic(import_of("auto", Proto::tcp, 61001, "gamma", 61500));
+    std::vector<std::string> dropped;
+    t.reload(edited(R"([[peer]]
+party = "gamma"
+party_id = 3
+address = "198.19.0.3"
+key = "ffeeddccbbaa99887766554433221100"
+)", ""), &dropped);
+    EXPECT_EQ(dropped, (std::vector<std::string>{
+                           "cli mapping import udp/7000 dropped: peer: 'gamma' is not a configured peer party",
+                           "auto mapping import tcp/61001 dropped: peer: 'gamma' is not a configured peer party",
+                           "cli mapping export tcp/9100 dropped: allow_parties: 'gamma' is not a configured peer party"}));
+    EXPECT_EQ(published(), (std::vector<std::string>{"import tcp/8080", "export tcp/9000", "import udp/7002"}));
+    // The state file lost them too, and later checks read the new config.
+    ASSERT_EQ(state()["added"].size(), 1u);
+    EXPECT_EQ(state()["added"][0]["port"], 7002);
+    EXPECT_EQ(map_error([&] { t.add(import_of("c3", Proto::udp, 7010, "gamma", 1)); }, "peer"),
+              "peer: 'gamma' is not a configured peer party");
+}
+
+TEST_F(PortMapTableTest, ReloadRepublishesRulesWithAPeersNewAddress) {
+    fedgate::PortMapTable& t = open();
+    ASSERT_NE(import_at(Proto::tcp, 8080), nullptr);
+    EXPECT_EQ(import_at(Proto::tcp, 8080)->peer_addr, htonl(kBeta));
+    t.reload(edited("address = \"198.19.0.2\"", "address = \"198.19.0.12\""), nullptr);
+    EXPECT_EQ(import_at(Proto::tcp, 8080)->peer_addr, htonl(0xC613000C));
+    EXPECT_EQ(export_at(Proto::tcp, 9000)->peer_addrs[0], htonl(0xC613000C));
+}
+
+TEST_F(PortMapTableTest, ReloadGivesTheConfigsPortToTheConfigAndDropsTheRunTimeMapping) {
+    fedgate::PortMapTable& t = open();
+    t.add(import_of("c2", Proto::udp, 7000, "gamma", 7001));
+    std::vector<std::string> dropped;
+    t.reload(edited("proto = \"tcp\"\nport = 8080", "proto = \"udp\"\nport = 7000"), &dropped);
+    EXPECT_EQ(dropped, (std::vector<std::string>{"cli mapping import udp/7000 dropped: the config maps that port now"}));
+    EXPECT_EQ(import_at(Proto::udp, 7000)->peer_addr, htonl(kBeta));
+    EXPECT_EQ(state()["added"], json::array());
+}
+
 // ---- management requests ----
 
 TEST_F(PortMapTableTest, HandleAddsListsAndDeletes) {

@@ -792,6 +792,44 @@ TEST(Resolver, BroadcastWhereAllSayNoIsNotFoundAndLearnedNegative) {
     EXPECT_EQ(rig.res.counters().broadcast.get(), 1u);
 }
 
+// A reload swaps the peer list under a pending broadcast: the peer that stays is re-indexed, the
+// removed one no longer counts, and the query finishes when every remaining peer has said no.
+TEST(Resolver, SetPeersReindexesPendingQueryAndForgetsRemovedPeers) {
+    Rig rig;
+    const ProcessId id = ProcessId::make(0, 7, 70);
+    rig.res.request(asker(kIpA, 1), id, kT0);
+    ASSERT_EQ(rig.io.queries.size(), 3u);  // parties 2, 3, 4 at indexes 0, 1, 2
+    const uint64_t qid = rig.io.queries[0].query_id;
+    rig.res.answer(2, qid, id, nullptr, kT0 + 1);  // party 4 says no
+
+    std::vector<uint16_t> parties{4, 3};  // party 2 removed; 4 and 3 swap places
+    rig.res.set_peers(parties);
+    EXPECT_EQ(parties, (std::vector<uint16_t>{2, 3, 4}));  // the old list comes back to be freed
+    EXPECT_EQ(rig.res.peer_index(2), -1);
+    EXPECT_EQ(rig.res.peer_index(4), 0);
+    EXPECT_EQ(rig.res.peer_index(3), 1);
+    // Index 2 is no peer now: its answer cannot match.
+    rig.res.answer(2, qid, id, nullptr, kT0 + 2);
+    EXPECT_EQ(rig.res.counters().answers_unmatched.get(), 1u);
+    EXPECT_TRUE(rig.io.replies.empty());
+    // Party 3 (now index 1) says no; party 4's earlier no still counts; party 2 is not waited for.
+    rig.res.answer(1, qid, id, nullptr, kT0 + 3);
+    ASSERT_EQ(rig.io.replies.size(), 1u);
+    expect_reply(rig.io.replies[0], 1, id, ResolveStatus::not_found, AnswerSource::broadcast);
+    EXPECT_EQ(rig.res.pending(), 0u);
+}
+
+TEST(Resolver, SetPeersToNoneMakesBroadcastsNotFoundAtOnce) {
+    Rig rig;
+    std::vector<uint16_t> none;
+    rig.res.set_peers(none);
+    const ProcessId id = ProcessId::make(0, 7, 71);
+    rig.res.request(asker(kIpA, 5), id, kT0);
+    EXPECT_TRUE(rig.io.queries.empty());
+    ASSERT_EQ(rig.io.replies.size(), 1u);
+    expect_reply(rig.io.replies[0], 5, id, ResolveStatus::not_found, AnswerSource::broadcast);
+}
+
 TEST(Resolver, BroadcastWithOneYesIsOkFromBroadcast) {
     Rig rig;
     const ProcessId id = ProcessId::make(0, 7, 70);
