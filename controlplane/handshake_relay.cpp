@@ -63,19 +63,9 @@ HandshakeRelay::Entry* HandshakeRelay::insert(Role role, const ConnParams& p, ui
     return &e;
 }
 
-ConnParams HandshakeRelay::refusal(const ConnParams& req, ConnStatus why) {
-    ConnParams r;
-    r.conn_id = req.conn_id;
-    r.initiator = req.initiator;
-    r.target = req.target;
-    r.status = why;
-    return r;
-}
+ConnParams HandshakeRelay::refusal(const ConnParams& req, ConnStatus why) { return conn_refusal(req, why); }
 
-void HandshakeRelay::count_refused(ConnStatus s) {
-    const auto i = static_cast<std::size_t>(s);
-    if (i < counters_.refused.size()) ++counters_.refused[i];
-}
+void HandshakeRelay::count_refused(ConnStatus s) { count_conn_status(counters_.refused, s); }
 
 // A refused handshake stays listed (if there is room) so that `conn list` shows why it failed.
 void HandshakeRelay::record_refusal(Role role, const ConnParams& req, uint16_t peer, Endpoint4 initiator,

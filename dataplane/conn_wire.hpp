@@ -92,6 +92,14 @@ struct ConnBody {
 #pragma pack(pop)
 static_assert(sizeof(ConnBody) == 76);
 
+// The REP refusing `req`: its IDs, `why`, and nothing else.
+ConnParams conn_refusal(const ConnParams& req, ConnStatus why);
+// Counts `s` in a per-status array (ConnStatus values index it).
+inline void count_conn_status(std::array<uint64_t, 10>& by_status, ConnStatus s) {
+    const auto i = static_cast<std::size_t>(s);
+    if (i < by_status.size()) ++by_status[i];
+}
+
 void encode(const ConnParams& p, ConnBody& w);
 // Rejects a zero conn_id or initiator or target, an unknown status, caps outside kCapAll, a QP
 // number or PSN over 24 bits, and non-zero reserved bytes.

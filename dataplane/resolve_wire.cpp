@@ -285,6 +285,15 @@ uint16_t negotiate_mtu(uint16_t a, uint16_t b) {
     return a < b ? a : b;
 }
 
+ConnParams conn_refusal(const ConnParams& req, ConnStatus why) {
+    ConnParams r;
+    r.conn_id = req.conn_id;
+    r.initiator = req.initiator;
+    r.target = req.target;
+    r.status = why;
+    return r;
+}
+
 void encode(const ConnParams& p, ConnBody& w) {
     std::memset(&w, 0, sizeof w);
     store_be64(w.conn_id, p.conn_id);

@@ -29,19 +29,9 @@ std::string explain(ConnStatus s, ProcessId target) {
     return "";
 }
 
-void count_status(std::array<uint64_t, 10>& by_status, ConnStatus s) {
-    const auto i = static_cast<std::size_t>(s);
-    if (i < by_status.size()) ++by_status[i];
-}
+void count_status(std::array<uint64_t, 10>& by_status, ConnStatus s) { count_conn_status(by_status, s); }
 
-ConnParams refusal(const ConnParams& req, ConnStatus why) {
-    ConnParams r;
-    r.conn_id = req.conn_id;
-    r.initiator = req.initiator;
-    r.target = req.target;
-    r.status = why;
-    return r;
-}
+ConnParams refusal(const ConnParams& req, ConnStatus why) { return conn_refusal(req, why); }
 
 }  // namespace
 
