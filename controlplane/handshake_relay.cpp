@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "controlplane/log.hpp"
+
 namespace fedgate {
 namespace {
 
@@ -71,6 +73,8 @@ void HandshakeRelay::count_refused(ConnStatus s) { count_conn_status(counters_.r
 void HandshakeRelay::record_refusal(Role role, const ConnParams& req, uint16_t peer, Endpoint4 initiator,
                                     const ConnParams& rep, uint64_t now_ms) {
     count_refused(rep.status);
+    FG_LOG(DEBUG, connect, "handshake %s %s -> %s refused here: %s", conn_id_str(req.conn_id).c_str(),
+           format_process_id(req.initiator).c_str(), format_process_id(req.target).c_str(), conn_status_name(rep.status));
     if (find(req) != nullptr) return;
     if (Entry* e = insert(role, req, now_ms); e != nullptr) {
         e->peer = peer;
@@ -241,7 +245,12 @@ void HandshakeRelay::client_rtu(Endpoint4 src, const ConnParams& p, uint64_t now
         return;
     }
     e->updated_ms = now_ms;
-    if (e->stage != RelayStage::established) ++counters_.established;
+    if (e->stage != RelayStage::established) {
+        ++counters_.established;
+        FG_LOG(DEBUG, connect, "handshake %s %s -> %s established (%s)", conn_id_str(p.conn_id).c_str(),
+               format_process_id(p.initiator).c_str(), format_process_id(p.target).c_str(),
+               e->rep->caps == kCapRdma ? "roce_v2" : "tcp");
+    }
     e->stage = RelayStage::established;
     ++counters_.rtu_relayed;
     if (e->role == Role::local) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "controlplane/log.hpp"
 #include "dataplane/conn_wire.hpp"
 #include "dataplane/dataplane.hpp"
 
@@ -195,6 +196,11 @@ void ResolutionService::handle_client(uint32_t src, uint16_t src_port, const Par
 
 // A local change goes into the cache (the lcore answers from it at once) and out to every peer.
 void ResolutionService::publish(const DirectoryChange& c, uint64_t now_ms) {
+    if (c.kind != DirectoryChange::Kind::none)
+        FG_LOG(DEBUG, resolve, "process %s epoch %u %s", format_process_id(c.record.pid).c_str(), c.record.epoch,
+               c.kind == DirectoryChange::Kind::added      ? "registered"
+               : c.kind == DirectoryChange::Kind::replaced ? "registered again (new epoch)"
+                                                           : "left");
     switch (c.kind) {
     case DirectoryChange::Kind::none: return;
     case DirectoryChange::Kind::added:
