@@ -397,8 +397,9 @@ void read_log(const std::string& file, const toml::table& t, LogSettings& s) {
     if (n == nullptr) return;
     if (!n->is_table()) r.fail("types", "must be a table of log type = \"level\", like { \"fedgate.resolve\" = \"debug\" }");
     std::vector<std::pair<std::string, uint32_t>> globs, names;
-    for (const auto& [k, v] : *n->as_table()) {
+    for (const auto& [k, value] : *n->as_table()) {
         const std::string type(k.str());
+        const toml::node& v = value;  // a plain reference: lambdas cannot capture structured bindings (clang 14)
         // Named as written in TOML: log.types."fedgate.resolve".
         const auto fail = [&](const std::string& what) {
             throw ConfigError(file, "log.types.\"" + type + "\"", what, v.source().begin.line, v.source().begin.column);
