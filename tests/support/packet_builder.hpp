@@ -37,7 +37,7 @@ inline uint16_t inet_checksum(const uint8_t* p, std::size_t n, uint32_t acc = 0)
 
 class PacketBuilder {
 public:
-    enum class Kind { eth, vlan, arp, ipv4, icmp, udp, tcp, raw };
+    enum class Kind { eth, vlan, arp, ipv4, icmp, udp, tcp, raw, bth, icrc };
 
     PacketBuilder& eth(const Mac& dst, const Mac& src) {
         push(Kind::eth, 14);
@@ -85,6 +85,25 @@ public:
         put16(at(), sport), put16(at() + 2, dport);
         return *this;
     }
+    // RoCE v2 sends UDP with checksum 0; the data plane must keep it 0.
+    PacketBuilder& udp_no_checksum() {
+        udp_zero_ = true;
+        return *this;
+    }
+    // A RoCE v2 base transport header (after udp(..., 4791)); end the packet with icrc().
+    PacketBuilder& bth(uint8_t opcode, uint32_t dqpn, uint32_t psn, uint8_t fecn_becn = 0, bool ackreq = false) {
+        push(Kind::bth, 12);
+        const std::size_t o = at();
+        buf_[o] = opcode, put16(o + 2, 0xffff);
+        put32(o + 4, (uint32_t{fecn_becn} << 24) | (dqpn & 0xffffff));
+        put32(o + 8, (ackreq ? 0x80000000u : 0) | (psn & 0xffffff));
+        return *this;
+    }
+    // The ICRC, computed in build() by the builder's own bitwise CRC-32 (not DPDK's).
+    PacketBuilder& icrc() {
+        push(Kind::icrc, 4);
+        return *this;
+    }
     PacketBuilder& tcp(uint16_t sport, uint16_t dport, uint8_t flags = 0x02, uint32_t seq = 1000) {
         push(Kind::tcp, 20);
         const std::size_t o = at();
@@ -106,6 +125,7 @@ public:
     // Fills EtherTypes, lengths and checksums.
     std::vector<uint8_t> build() const {
         std::vector<uint8_t> out = buf_;
+        if (!layers_.empty() && layers_.back().first == Kind::icrc) fill_icrc(out);
         for (std::size_t i = 0; i < layers_.size(); ++i) {
             const auto [kind, off] = layers_[i];
             const std::size_t end = out.size();
@@ -132,6 +152,7 @@ public:
                 put16(out, csum_at, 0);
                 uint16_t c = inet_checksum(&out[off], end - off, pseudo_sum(out, ip_off, end - off));
                 if (kind == Kind::udp && c == 0) c = 0xffff;
+                if (kind == Kind::udp && udp_zero_) c = 0;
                 put16(out, csum_at, c);
             }
         }
@@ -147,7 +168,41 @@ public:
         return sum16(ph, 12);
     }
 
+    // Bitwise CRC-32 (IEEE 802.3, reflected; zlib's crc32).
+    static uint32_t crc32(const uint8_t* p, std::size_t n) {
+        uint32_t c = 0xffffffff;
+        for (std::size_t i = 0; i < n; ++i) {
+            c ^= p[i];
+            for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320 & (0u - (c & 1)));
+        }
+        return ~c;
+    }
+    // The RoCE v2 ICRC of the IPv4 packet at `ip_off` (ICRC as its last 4 bytes): CRC-32 over 8
+    // bytes of ones, then the packet with TOS, TTL, checksums and the BTH's FECN/BECN byte as ones.
+    static uint32_t roce_icrc(const std::vector<uint8_t>& pkt, std::size_t ip_off) {
+        const std::size_t ip_len = get16_(pkt, ip_off + 2);
+        std::vector<uint8_t> m(8, 0xff);
+        m.insert(m.end(), pkt.begin() + static_cast<long>(ip_off), pkt.begin() + static_cast<long>(ip_off + ip_len - 4));
+        uint8_t* q = m.data() + 8;
+        const std::size_t ihl = (q[0] & 0x0f) * 4u;
+        q[1] = 0xff, q[8] = 0xff, q[10] = q[11] = 0xff;
+        q[ihl + 6] = q[ihl + 7] = 0xff;
+        q[ihl + 8 + 4] = 0xff;
+        return crc32(m.data(), m.size());
+    }
+
 private:
+    static uint16_t get16_(const std::vector<uint8_t>& b, std::size_t off) {
+        return static_cast<uint16_t>(b[off] << 8 | b[off + 1]);
+    }
+    void fill_icrc(std::vector<uint8_t>& out) const {
+        const std::size_t ip_off = layer(Kind::ipv4), udp_off = layer(Kind::udp), end = out.size();
+        put16(out, ip_off + 2, static_cast<uint16_t>(end - ip_off));
+        out[ip_off + 9] = 17;
+        put16(out, udp_off + 4, static_cast<uint16_t>(end - udp_off));
+        const uint32_t c = roce_icrc(out, ip_off);
+        for (int i = 0; i < 4; ++i) out[end - 4 + i] = static_cast<uint8_t>(c >> (8 * i));  // little-endian
+    }
     void push(Kind k, std::size_t n) {
         layers_.emplace_back(k, buf_.size());
         buf_.resize(buf_.size() + n, 0);
@@ -170,6 +225,7 @@ private:
 
     std::vector<uint8_t> buf_;
     std::vector<std::pair<Kind, std::size_t>> layers_;
+    bool udp_zero_ = false;
 };
 
 inline uint16_t get16(const std::vector<uint8_t>& b, std::size_t off) {
