@@ -371,7 +371,8 @@ void read_resolve(const std::string& file, const toml::table& t, ResolveSettings
 }
 
 void read_connect(const std::string& file, const toml::table& t, ConnectSettings& s) {
-    TableReader r(file, t, "connect", {"auto_ports", "handshake_timeout_ms", "max_handshakes"});
+    TableReader r(file, t, "connect",
+                  {"auto_ports", "handshake_timeout_ms", "max_handshakes", "rdma_max_connections", "rdma_idle_s"});
     if (auto range = r.string("auto_ports", false)) {
         const auto dash = range->find('-');
         const auto lo = dash == std::string::npos ? std::nullopt : parse_port(range->substr(0, dash));
@@ -383,6 +384,8 @@ void read_connect(const std::string& file, const toml::table& t, ConnectSettings
     }
     r.uint("handshake_timeout_ms", s.handshake_timeout_ms, 100, 600'000);
     r.uint("max_handshakes", s.max_handshakes, 1, 1 << 20);
+    r.uint("rdma_max_connections", s.rdma_max_connections, 1, 1 << 20);
+    r.uint("rdma_idle_s", s.rdma_idle_s, 0, 7 * 24 * 3600);
 }
 
 void read_log(const std::string& file, const toml::table& t, LogSettings& s) {

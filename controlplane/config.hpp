@@ -160,6 +160,8 @@ inline constexpr uint16_t kDefaultAutoPortLo = 61000;
 inline constexpr uint16_t kDefaultAutoPortHi = 61999;
 inline constexpr uint32_t kDefaultHandshakeTimeoutMs = 10000;
 inline constexpr uint32_t kDefaultMaxHandshakes = 4096;
+inline constexpr uint32_t kDefaultRdmaMaxConnectionsCfg = 16384;
+inline constexpr uint32_t kDefaultRdmaIdleSCfg = 300;
 
 // [connect]: the connection handshake the gateway relays, and the port mappings it makes itself
 // for the tcp transport.
@@ -169,6 +171,10 @@ struct ConnectSettings {
     uint32_t handshake_timeout_ms = kDefaultHandshakeTimeoutMs;  // a relayed handshake not done by then fails;
                                                                  // finished ones stay listed this long
     uint32_t max_handshakes = kDefaultMaxHandshakes;  // relayed handshakes held at once
+    // RDMA between parties: connections translated at once (virtual QPNs per gateway side), and how
+    // long a translation stays without a packet either way (0: until its processes leave).
+    uint32_t rdma_max_connections = kDefaultRdmaMaxConnectionsCfg;
+    uint32_t rdma_idle_s = kDefaultRdmaIdleSCfg;
     bool operator==(const ConnectSettings&) const = default;
 };
 

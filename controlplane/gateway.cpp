@@ -239,9 +239,18 @@ void Gateway::start() {
         [this] { rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID); });
     auto_maps_ = std::make_unique<AutoMappings>(cfg_, *table_);
     resolution_->set_auto_mappings(auto_maps_.get());
+    // RDMA between parties: the RoCE v2 translations the relay installs and the lcore applies. The
+    // RDMA MTU is clamped to what the smallest port MTU carries.
+    if (rs.port != 0) {
+        roce_ = std::make_unique<RoceTranslations>(cfg_.connect.rdma_max_connections, dp_ports_,
+                                                   [this] { rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID); });
+        resolution_->set_roce(roce_.get(), rdma_mtu_for_ip_mtu(mtu));
+        FG_LOG(INFO, gateway, "RoCE v2 translation: %u connections, RDMA MTU up to %u", roce_->capacity(),
+               rdma_mtu_for_ip_mtu(mtu));
+    }
 
     dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_, events_},
-                                      DpShared{maps_.get(), rcu_, 0, cache_.get()});
+                                      DpShared{maps_.get(), rcu_, 0, cache_.get(), roce_ ? &roce_->view() : nullptr});
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
     std::vector<CapturePort> capture_ports;
     for (std::size_t i = 0; i < ports_.size(); ++i) capture_ports.push_back({cfg_.ports[i].name, ports_[i].port_id});
@@ -272,6 +281,7 @@ void Gateway::stop() {
     dp_.reset();
     resolution_.reset();
     auto_maps_.reset();
+    roce_.reset();   // no lcore left to read it
     cache_.reset();  // no lcore left to read it
     pinger_.reset();
     table_.reset();  // the data plane is gone: rules can be freed without a grace period

@@ -30,6 +30,7 @@ class MetricsServer;
 class Pinger;
 class PortMapTable;
 class AutoMappings;
+class RoceTranslations;
 class CaptureService;
 class ResolutionService;
 class ResolveCache;
@@ -98,6 +99,7 @@ private:
     std::unique_ptr<ResolveCache> cache_;
     std::unique_ptr<ResolutionService> resolution_;
     std::unique_ptr<AutoMappings> auto_maps_;
+    std::unique_ptr<RoceTranslations> roce_;
     std::unique_ptr<CaptureService> capture_;  // fedgatectl capture
     bool pdump_ = false;                       // rte_pdump_init done (hugepages, shared config)  // the tcp transport's mappings, which resolution_ asks for
     std::unique_ptr<PortMapView> maps_;

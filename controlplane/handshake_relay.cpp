@@ -17,7 +17,35 @@ std::string conn_id_str(uint64_t id) {
     return buf;
 }
 
+// The RDMA fields of `from` (QPN, PSN, MTU, GID, receive ring) into `to`.
+void put_rdma_fields(const ConnParams& from, ConnParams& to) {
+    to.qpn = from.qpn;
+    to.psn = from.psn;
+    to.mtu = from.mtu;
+    to.gid = from.gid;
+    to.rkey = from.rkey;
+    to.raddr = from.raddr;
+    to.rlen = from.rlen;
+}
+
 }  // namespace
+
+std::optional<uint32_t> gid_ipv4(const std::array<uint8_t, 16>& gid) {
+    for (int i = 0; i < 10; ++i)
+        if (gid[i] != 0) return std::nullopt;
+    if (gid[10] != 0xff || gid[11] != 0xff) return std::nullopt;
+    return uint32_t{gid[12]} << 24 | uint32_t{gid[13]} << 16 | uint32_t{gid[14]} << 8 | gid[15];
+}
+
+std::array<uint8_t, 16> ipv4_gid(uint32_t host_addr) {
+    std::array<uint8_t, 16> g{};
+    g[10] = g[11] = 0xff;
+    g[12] = static_cast<uint8_t>(host_addr >> 24);
+    g[13] = static_cast<uint8_t>(host_addr >> 16);
+    g[14] = static_cast<uint8_t>(host_addr >> 8);
+    g[15] = static_cast<uint8_t>(host_addr);
+    return g;
+}
 
 const char* relay_stage_name(RelayStage s) {
     switch (s) {
@@ -130,9 +158,18 @@ void HandshakeRelay::client_req(Endpoint4 src, const ConnParams& p, uint64_t now
     if (e == nullptr) return refuse_to_process(src, p, ConnStatus::busy, now_ms);
     e->initiator = src;
     e->peer = local ? 0 : p.target.party();
+    if (local) {
+        ++counters_.req_relayed;
+        return io_.to_process(*target, MsgType::conn_req, p);
+    }
+    ConnParams out = p;
+    if (const ConnStatus s = translate_req_out(*e, out); s != ConnStatus::ok) {
+        table_.erase({p.initiator.value, p.conn_id});
+        return refuse_to_process(src, p, s, now_ms);
+    }
+    e->req = out;
     ++counters_.req_relayed;
-    if (local) return io_.to_process(*target, MsgType::conn_req, p);
-    io_.to_peer(e->peer, MsgType::hs_req, p);
+    io_.to_peer(e->peer, MsgType::hs_req, out);
 }
 
 void HandshakeRelay::peer_req(uint16_t party, const ConnParams& p, uint64_t now_ms) {
@@ -155,16 +192,154 @@ void HandshakeRelay::peer_req(uint16_t party, const ConnParams& p, uint64_t now_
     Entry* e = insert(Role::inbound, p, now_ms);
     if (e == nullptr) return refuse_to_peer(party, p, ConnStatus::busy, now_ms);
     e->peer = party;
+    ConnParams out = p;
+    if (const ConnStatus s = translate_req_in(*e, out); s != ConnStatus::ok) {
+        table_.erase({p.initiator.value, p.conn_id});
+        return refuse_to_peer(party, p, s, now_ms);
+    }
+    e->req = out;
     ++counters_.req_relayed;
-    io_.to_process(*target, MsgType::conn_req, p);
+    io_.to_process(*target, MsgType::conn_req, out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// RDMA translation: every packet a node sends goes to its own gateway (vQPNs of our internal
+// side), between the gateways external to external (vQPNs of the receiving external side).
+
+uint16_t HandshakeRelay::clamp_mtu(uint16_t mtu) {
+    const uint16_t limit = io_.rdma_mtu_limit();
+    return mtu == 0 || limit == 0 ? mtu : std::min(mtu, limit);
+}
+
+ConnStatus HandshakeRelay::translate_req_out(Entry& e, ConnParams& out) {
+    if ((out.caps & kCapRdma) == 0) return ConnStatus::ok;
+    const auto node = gid_ipv4(out.gid);
+    if (!node || out.qpn == 0) {
+        // Not an IPv4 RoCE v2 GID: nothing the gateways can route. Offer tcp only, if the initiator can.
+        ++counters_.rdma_unmapped_gid;
+        if ((out.caps & kCapTcp) == 0) return ConnStatus::bad_request;
+        out.caps = kCapTcp;
+        out.qpn = out.psn = out.mtu = 0;
+        out.gid = {};
+        return ConnStatus::ok;
+    }
+    const auto ext = io_.roce_reserve(RoceSide::external);
+    if (!ext) return ConnStatus::no_mapping;
+    e.roce.on = true;
+    e.roce.node_addr = *node;
+    e.roce.node_qpn = out.qpn;
+    e.roce.external_vqpn = ext;
+    out.qpn = *ext;
+    out.gid = ipv4_gid(io_.own_address(RoceSide::external));
+    out.mtu = clamp_mtu(out.mtu);
+    return ConnStatus::ok;
+}
+
+ConnStatus HandshakeRelay::translate_req_in(Entry& e, ConnParams& out) {
+    if ((out.caps & kCapRdma) == 0) return ConnStatus::ok;
+    // The peer gateway names itself: its external address and a vQPN of its external side.
+    const uint32_t peer = io_.peer_address(e.peer);
+    const auto g = gid_ipv4(out.gid);
+    if (peer == 0 || !g || *g != peer || out.qpn == 0) return ConnStatus::bad_request;
+    const auto in = io_.roce_reserve(RoceSide::internal);
+    if (!in) return ConnStatus::no_mapping;
+    e.roce.on = true;
+    e.roce.peer_vqpn = out.qpn;
+    e.roce.internal_vqpn = in;
+    out.qpn = *in;
+    out.gid = ipv4_gid(io_.own_address(RoceSide::internal));
+    out.mtu = clamp_mtu(out.mtu);
+    return ConnStatus::ok;
+}
+
+ConnStatus HandshakeRelay::translate_rep(Entry& e, const ConnParams& rep, ConnParams& out) {
+    if (!e.roce.on) return ConnStatus::bad_request;  // RDMA chosen though this gateway did not offer it
+    const auto g = gid_ipv4(rep.gid);
+    if (!g || rep.qpn == 0) return ConnStatus::bad_request;
+    out = rep;
+    if (e.role == Role::inbound) {
+        // Our target answered: its packets come to our internal side, the peer's to our external.
+        const auto ext = io_.roce_reserve(RoceSide::external);
+        if (!ext) return ConnStatus::no_mapping;
+        e.roce.node_addr = *g;
+        e.roce.node_qpn = rep.qpn;
+        e.roce.external_vqpn = ext;
+        out.qpn = *ext;
+        out.gid = ipv4_gid(io_.own_address(RoceSide::external));
+    } else {
+        if (*g != io_.peer_address(e.peer)) return ConnStatus::bad_request;
+        const auto in = io_.roce_reserve(RoceSide::internal);
+        if (!in) return ConnStatus::no_mapping;
+        e.roce.peer_vqpn = rep.qpn;
+        e.roce.internal_vqpn = in;
+        out.qpn = *in;
+        out.gid = ipv4_gid(io_.own_address(RoceSide::internal));
+    }
+    out.mtu = clamp_mtu(rep.mtu);
+    return ConnStatus::ok;
+}
+
+void HandshakeRelay::release_roce(Entry& e) {
+    if (e.roce.installed) return;
+    if (e.roce.internal_vqpn) io_.roce_release(RoceSide::internal, *e.roce.internal_vqpn);
+    if (e.roce.external_vqpn) io_.roce_release(RoceSide::external, *e.roce.external_vqpn);
+    e.roce.internal_vqpn.reset();
+    e.roce.external_vqpn.reset();
+    e.roce.on = false;
+}
+
+void HandshakeRelay::install_roce(Entry& e, uint64_t now_ms) {
+    if (!e.roce.on || e.roce.installed || !e.roce.internal_vqpn || !e.roce.external_vqpn || !e.rep ||
+        e.rep->caps != kCapRdma)
+        return;
+    RoceConn c;
+    c.conn_id = e.req.conn_id;
+    c.initiator = e.req.initiator;
+    c.target = e.req.target;
+    c.local = e.role == Role::outbound ? e.req.initiator : e.req.target;
+    c.remote = e.role == Role::outbound ? e.req.target : e.req.initiator;
+    c.peer_party = e.peer;
+    c.node_addr = e.roce.node_addr;
+    c.node_qpn = e.roce.node_qpn;
+    c.peer_addr = io_.peer_address(e.peer);
+    c.peer_vqpn = e.roce.peer_vqpn;
+    c.internal_vqpn = *e.roce.internal_vqpn;
+    c.external_vqpn = *e.roce.external_vqpn;
+    if (io_.roce_install(c)) {
+        e.roce.installed = true;
+        ++counters_.rdma_translated;
+        FG_LOG(DEBUG, connect, "handshake %s: RoCE translation installed (internal vQPN %u, external vQPN %u)",
+               conn_id_str(c.conn_id).c_str(), c.internal_vqpn, c.external_vqpn);
+        return;
+    }
+    // Its vQPNs went back with the failure; the connection will see no packets.
+    e.roce.internal_vqpn.reset();
+    e.roce.external_vqpn.reset();
+    e.roce.on = false;
+    (void)now_ms;
+}
+
+ConnParams HandshakeRelay::rtu_as_sent(const Entry& e, const ConnParams& rtu) {
+    if (!e.roce.on && !e.roce.installed) return rtu;
+    ConnParams out = rtu;
+    put_rdma_fields(e.req, out);
+    return out;
 }
 
 // ---------------------------------------------------------------------------------------------
 // REP.
 
-ConnParams HandshakeRelay::outgoing_rep(const Entry& e, const ConnParams& rep) {
+ConnParams HandshakeRelay::outgoing_rep(Entry& e, const ConnParams& rep) {
     ConnParams out = rep;
-    if (rep.status != ConnStatus::ok || rep.caps != kCapTcp || e.role == Role::local) return out;
+    if (e.role == Role::local) return out;
+    if (rep.status == ConnStatus::ok && rep.caps == kCapRdma) {
+        const ConnStatus s = translate_rep(e, rep, out);
+        if (s == ConnStatus::ok) return out;
+        release_roce(e);
+        return refusal(e.req, s);
+    }
+    release_roce(e);  // refused, or tcp chosen: the vQPNs go back
+    if (rep.status != ConnStatus::ok || rep.caps != kCapTcp) return out;
     // Inbound: the target's private endpoint means nothing to the other party; hand out the
     // external port it is exported on.
     const auto ext = io_.exported_endpoint(e.req.target);
@@ -213,6 +388,12 @@ void HandshakeRelay::peer_rep(uint16_t party, const ConnParams& p, uint64_t now_
     }
     ConnParams rep = p;
     if (rep.status == ConnStatus::ok && std::popcount(rep.caps) != 1) rep = refusal(e->req, ConnStatus::bad_request);
+    if (rep.status == ConnStatus::ok && rep.caps == kCapRdma) {
+        ConnParams out;
+        const ConnStatus s = translate_rep(*e, rep, out);
+        rep = s == ConnStatus::ok ? out : refusal(e->req, s);
+    }
+    if (rep.status != ConnStatus::ok || rep.caps != kCapRdma) release_roce(*e);
     if (rep.status == ConnStatus::ok && rep.caps == kCapTcp) {
         // Outbound: the peer handed out its external address and exported port; our initiator
         // reaches that through a port imported on our internal address.
@@ -257,7 +438,8 @@ void HandshakeRelay::client_rtu(Endpoint4 src, const ConnParams& p, uint64_t now
         if (const auto t = io_.control_endpoint(p.target)) io_.to_process(*t, MsgType::conn_rtu, p);
         return;
     }
-    io_.to_peer(e->peer, MsgType::hs_rtu, p);
+    install_roce(*e, now_ms);
+    io_.to_peer(e->peer, MsgType::hs_rtu, rtu_as_sent(*e, p));
 }
 
 void HandshakeRelay::peer_rtu(uint16_t party, const ConnParams& p, uint64_t now_ms) {
@@ -270,7 +452,8 @@ void HandshakeRelay::peer_rtu(uint16_t party, const ConnParams& p, uint64_t now_
     if (e->stage != RelayStage::established) ++counters_.established;
     e->stage = RelayStage::established;
     ++counters_.rtu_relayed;
-    if (const auto t = io_.control_endpoint(p.target)) io_.to_process(*t, MsgType::conn_rtu, p);
+    install_roce(*e, now_ms);
+    if (const auto t = io_.control_endpoint(p.target)) io_.to_process(*t, MsgType::conn_rtu, rtu_as_sent(*e, p));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -285,7 +468,9 @@ void HandshakeRelay::expire(uint64_t now_ms) {
             e.stage = RelayStage::timed_out;
             e.updated_ms = now_ms;
             ++counters_.timed_out;
+            release_roce(e);
         } else if (!in_flight && now_ms >= e.updated_ms + t) {
+            release_roce(e);
             it = table_.erase(it);
             continue;
         }
@@ -330,7 +515,8 @@ nlohmann::ordered_json HandshakeRelay::stats() const {
     return {{"in_table", table_.size()},  {"in_flight", in_flight},       {"req_relayed", c.req_relayed},
             {"rep_relayed", c.rep_relayed}, {"rtu_relayed", c.rtu_relayed}, {"established", c.established},
             {"duplicates", c.duplicates},  {"timed_out", c.timed_out},    {"unknown_handshake", c.unknown_handshake},
-            {"wrong_sender", c.wrong_sender}, {"refused", refused}};
+            {"wrong_sender", c.wrong_sender}, {"rdma_translated", c.rdma_translated},
+            {"rdma_unmapped_gid", c.rdma_unmapped_gid}, {"refused", refused}};
 }
 
 }  // namespace fedgate

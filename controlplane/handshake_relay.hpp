@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "controlplane/config.hpp"
+#include "controlplane/roce_translations.hpp"
 #include "dataplane/conn_wire.hpp"
 
 namespace fedgate {
@@ -50,11 +51,26 @@ public:
     // imported for it. Empty: no port free.
     virtual std::optional<Endpoint4> imported_endpoint(uint16_t party, uint16_t peer_port, ProcessId target,
                                                        ProcessId initiator) = 0;
+
+    // RDMA between parties (roce_translations.hpp): a virtual QPN on a side (empty: none free),
+    // giving one back that was never installed, and installing an established connection's pair.
+    virtual std::optional<uint32_t> roce_reserve(RoceSide side) = 0;
+    virtual void roce_release(RoceSide side, uint32_t vqpn) = 0;
+    virtual bool roce_install(const RoceConn& c) = 0;
+    // This gateway's address on a side and a peer gateway's external address (host order; 0: none),
+    // and the largest RDMA MTU this gateway's ports carry.
+    virtual uint32_t own_address(RoceSide side) = 0;
+    virtual uint32_t peer_address(uint16_t party) = 0;
+    virtual uint16_t rdma_mtu_limit() = 0;
 };
+
+// The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d), host order; empty for any other GID.
+std::optional<uint32_t> gid_ipv4(const std::array<uint8_t, 16>& gid);
+std::array<uint8_t, 16> ipv4_gid(uint32_t host_addr);
 
 struct RelayCounters {
     uint64_t req_relayed = 0, rep_relayed = 0, rtu_relayed = 0, duplicates = 0, established = 0, timed_out = 0,
-             unknown_handshake = 0, wrong_sender = 0;
+             unknown_handshake = 0, wrong_sender = 0, rdma_translated = 0, rdma_unmapped_gid = 0;
     std::array<uint64_t, 10> refused{};  // by ConnStatus (what this gateway or the far side refused)
 };
 
@@ -77,14 +93,24 @@ public:
 
 private:
     enum class Role : uint8_t { outbound, inbound, local };
+    // The RDMA side of a handshake between parties: what this gateway reserved and learned.
+    struct Roce {
+        bool on = false;          // the REQ offered RDMA and this gateway translates it
+        bool installed = false;   // the translations own the vQPNs now
+        uint32_t node_addr = 0;   // our process's RoCE address (host order) and real QPN
+        uint32_t node_qpn = 0;
+        uint32_t peer_vqpn = 0;   // the peer gateway's external-side vQPN
+        std::optional<uint32_t> internal_vqpn, external_vqpn;
+    };
     struct Entry {
         Role role = Role::outbound;
-        ConnParams req;                 // as first seen
+        ConnParams req;                 // as passed on (RDMA fields translated)
         uint16_t peer = 0;              // the other gateway's party (outbound, inbound)
         Endpoint4 initiator;            // its control endpoint (outbound, local)
         std::optional<ConnParams> rep;  // as passed on toward the initiator
         RelayStage stage = RelayStage::req_relayed;
         uint64_t created_ms = 0, updated_ms = 0;
+        Roce roce;
     };
     using Key = std::pair<uint64_t, uint64_t>;  // initiator, conn_id
     struct KeyHash {
@@ -107,8 +133,17 @@ private:
                         uint64_t now_ms);
     void count_refused(ConnStatus s);
     // The target's REP as it leaves this gateway toward the initiator's side (tcp endpoint rewritten).
-    ConnParams outgoing_rep(const Entry& e, const ConnParams& rep);
+    ConnParams outgoing_rep(Entry& e, const ConnParams& rep);
     static ConnParams refusal(const ConnParams& req, ConnStatus why);
+    // RDMA translation steps; each returns the status to refuse with, or ok.
+    ConnStatus translate_req_out(Entry& e, ConnParams& out);            // outbound REQ, to the peer
+    ConnStatus translate_req_in(Entry& e, ConnParams& out);             // inbound REQ, to our target
+    ConnStatus translate_rep(Entry& e, const ConnParams& rep, ConnParams& out);  // REP, either role
+    void install_roce(Entry& e, uint64_t now_ms);
+    void release_roce(Entry& e);
+    // RTU toward the target carries what the target was told in REQ, not the initiator's own values.
+    static ConnParams rtu_as_sent(const Entry& e, const ConnParams& rtu);
+    uint16_t clamp_mtu(uint16_t mtu);
 
     const uint16_t party_;
     const ConnectSettings settings_;

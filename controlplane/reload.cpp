@@ -116,6 +116,8 @@ ConfigDiff diff_config(const Config& a, const Config& b) {
     r.field("connect", "auto_ports", std::pair(ca.auto_port_lo, ca.auto_port_hi), std::pair(cb.auto_port_lo, cb.auto_port_hi));
     r.field("connect", "handshake_timeout_ms", ca.handshake_timeout_ms, cb.handshake_timeout_ms);
     r.field("connect", "max_handshakes", ca.max_handshakes, cb.max_handshakes);
+    r.field("connect", "rdma_max_connections", ca.rdma_max_connections, cb.rdma_max_connections);
+    r.field("connect", "rdma_idle_s", ca.rdma_idle_s, cb.rdma_idle_s);
     r.field("metrics", "listen", a.metrics.listen, b.metrics.listen);
 
     diff_peers(a, b, d);

@@ -79,6 +79,7 @@ std::vector<uint16_t> ResolutionService::reload(std::shared_ptr<const Config> ne
             return e.owner_party == party && e.kind != CacheKind::local && e.kind != CacheKind::negative;
         });
         if (auto_ != nullptr) auto_->peer_removed(party);
+        if (roce_ != nullptr) roce_->remove_peer(party);
     }
     peers_ = std::move(peers);
     held_ = std::move(next);
@@ -143,6 +144,7 @@ void ResolutionService::reg_reply(uint32_t dst, uint16_t dst_port, uint64_t requ
 void ResolutionService::on_message(uint32_t src, uint16_t src_port, std::span<const uint8_t> datagram,
                                    uint64_t now_ms) {
     std::lock_guard lock(mu_);
+    now_ms_ = now_ms;
     ParsedMsg m;
     if (parse_message(datagram, m) != WireError::ok) {
         ++counters_.malformed;  // the lcore checked it; only a bug gets here
@@ -273,6 +275,7 @@ void ResolutionService::handle_peer(Peer& peer, const ParsedMsg& m, uint64_t now
 void ResolutionService::process_gone(const DmaAddress& r) {
     control_ports_.erase(r.pid.value);
     if (auto_ != nullptr) auto_->process_left(r.pid);
+    if (roce_ != nullptr) roce_->remove_process(r.pid);
 }
 
 void ResolutionService::apply_stream(Peer& peer, const ParsedMsg& m, bool snapshot) {
@@ -312,6 +315,7 @@ void ResolutionService::apply_stream(Peer& peer, const ParsedMsg& m, bool snapsh
                 }
             }
             if (auto_ != nullptr) auto_->peer_process_left(pid);
+            if (roce_ != nullptr) roce_->remove_process(pid);
         }
     }
     reclaim();
@@ -341,8 +345,10 @@ void ResolutionService::on_event(const ResolveEvent& ev, uint64_t now_ms) {
 
 void ResolutionService::tick(uint64_t now_ms) {
     std::lock_guard lock(mu_);
+    now_ms_ = now_ms;
     for (const DmaAddress& gone : dir_.expire(now_ms)) publish({DirectoryChange::Kind::removed, gone}, now_ms);
     relay_.expire(now_ms);
+    if (roce_ != nullptr) roce_->tick(now_ms, uint64_t{cfg_->connect.rdma_idle_s} * 1000);
     for (auto& p : peers_) {
         Peer& peer = *p;
         peer.out.poll(now_ms, [&](MsgType type, const std::vector<uint8_t>& body) { send_peer(peer, type, body); });
@@ -416,9 +422,41 @@ std::optional<Endpoint4> ResolutionService::imported_endpoint(uint16_t party, ui
     return Endpoint4{in->address.addr, *port};
 }
 
+std::optional<uint32_t> ResolutionService::roce_reserve(RoceSide side) {
+    if (roce_ == nullptr || roce_->address(side) == 0) return std::nullopt;
+    return roce_->reserve(side);
+}
+
+void ResolutionService::roce_release(RoceSide side, uint32_t vqpn) {
+    if (roce_ != nullptr) roce_->release(side, vqpn);
+}
+
+bool ResolutionService::roce_install(const RoceConn& c) {
+    if (roce_ == nullptr) return false;
+    // A process that left while its handshake finished gets no translation.
+    const ProcessId local = c.local;
+    if (!dir_.find(local)) {
+        roce_release(RoceSide::internal, c.internal_vqpn);
+        roce_release(RoceSide::external, c.external_vqpn);
+        return false;
+    }
+    return roce_->install(c, now_ms_);
+}
+
+uint32_t ResolutionService::own_address(RoceSide side) {
+    return roce_ != nullptr ? ntohl(roce_->address(side)) : 0;
+}
+
+uint32_t ResolutionService::peer_address(uint16_t party) {
+    const Peer* p = peer_by_party(party);
+    return p != nullptr ? p->cfg.address : 0;
+}
+
 nlohmann::ordered_json ResolutionService::conn_list(std::size_t limit, uint64_t now_ms) const {
     std::lock_guard lock(mu_);
-    return relay_.list(limit, now_ms);
+    nlohmann::ordered_json j = relay_.list(limit, now_ms);
+    j["translations"] = roce_ != nullptr ? roce_->list(limit, now_ms) : nlohmann::ordered_json::array();
+    return j;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -530,6 +568,7 @@ nlohmann::ordered_json ResolutionService::stats() const {
              return h;
          }()},
         {"auto_mappings", auto_ != nullptr ? auto_->stats() : nlohmann::ordered_json::object()},
+        {"roce", roce_ != nullptr ? roce_->stats() : nlohmann::ordered_json::object()},
     };
 }
 

@@ -47,6 +47,12 @@ public:
     // The port mappings the tcp transport of the connection handshake needs (null: handshakes over
     // tcp across parties are refused with no_mapping). Set before start().
     void set_auto_mappings(AutoMappings* m) { auto_ = m; }
+    // The RoCE v2 translations of RDMA connections between parties (null: RDMA handshakes across
+    // parties are refused with no_mapping), and the largest RDMA MTU the ports carry. Before start().
+    void set_roce(RoceTranslations* t, uint16_t rdma_mtu_limit) {
+        roce_ = t;
+        rdma_mtu_limit_ = rdma_mtu_limit;
+    }
 
     // `fedgatectl reload`: the peers become `next`'s. A new peer gets a stream with a snapshot; a
     // removed one loses its stream, and what it announced or answered leaves the cache (with the
@@ -98,6 +104,12 @@ private:
     std::optional<Endpoint4> exported_endpoint(ProcessId target) override;
     std::optional<Endpoint4> imported_endpoint(uint16_t party, uint16_t peer_port, ProcessId target,
                                                ProcessId initiator) override;
+    std::optional<uint32_t> roce_reserve(RoceSide side) override;
+    void roce_release(RoceSide side, uint32_t vqpn) override;
+    bool roce_install(const RoceConn& c) override;
+    uint32_t own_address(RoceSide side) override;
+    uint32_t peer_address(uint16_t party) override;
+    uint16_t rdma_mtu_limit() override { return rdma_mtu_limit_; }
 
     // The config as started, or as the last reload left it (held_ keeps that one alive); the
     // fields a reload may change (peers) are read under mu_.
@@ -114,6 +126,9 @@ private:
     ResolutionCounters counters_;
     HandshakeRelay relay_;
     AutoMappings* auto_ = nullptr;
+    RoceTranslations* roce_ = nullptr;
+    uint16_t rdma_mtu_limit_ = 0;
+    uint64_t now_ms_ = 0;  // of the message or tick being handled (roce_install stamps with it)
     std::unordered_map<uint64_t, uint16_t> control_ports_;  // local process -> UDP port it registers from
     // The driving thread holds it while it works; management threads while they read.
     mutable std::mutex mu_;

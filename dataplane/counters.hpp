@@ -14,6 +14,8 @@ class Counter {
 public:
     void add(uint64_t n = 1) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
     uint64_t get() const { return v_.load(std::memory_order_relaxed); }
+    // Only while no lcore writes it (a table slot before it is published).
+    void reset() { v_.store(0, std::memory_order_relaxed); }
 
 private:
     std::atomic<uint64_t> v_{0};

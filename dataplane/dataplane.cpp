@@ -94,6 +94,7 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
             if (!neigh_.add_permanent(static_cast<uint16_t>(i), ip, mac))
                 throw std::invalid_argument("neighbour table too small for the static neighbours");
     }
+    if (shared.roce != nullptr) roce_port_be_ = rte_cpu_to_be_16(kRoceV2Port);
     if (shared.cache != nullptr && cfg.resolve.port != 0) {
         resolve_cfg_ = cfg.resolve;
         resolve_port_be_ = rte_cpu_to_be_16(cfg.resolve.port);
@@ -277,6 +278,10 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
     // it out of both), so the session lookup can be skipped for it.
     if (p.ip_proto == kIpProtoUdp && p.dst_port == resolve_port_be_ && resolver_ != nullptr && owns_address(p.dst_ip))
         return handle_resolve(m, in, p);
+
+    // RoCE v2 to the arrival port's own address: a connection's translation, or a counted drop.
+    if (p.ip_proto == kIpProtoUdp && p.dst_port == roce_port_be_ && p.dst_ip == port.cfg.addr)
+        return handle_roce(m, in, p);
 
     // The port-map proxy: packets of a session, or opening one through an import/export rule.
     if (p.ip_proto == kIpProtoTcp || p.ip_proto == kIpProtoUdp) {
@@ -552,6 +557,29 @@ void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) 
         return punt(m, in, resolve_counters_.punted_handshakes);
     default: return drop(m, in, DropReason::resolve_unexpected);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoCE v2: the connection's translation rewrites addresses and DestQP and updates the ICRC.
+
+void Dataplane::handle_roce(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
+    const uint32_t ip_len = p.l3_len;
+    if (p.l4_offset != p.l3_offset + 20 || ip_len < kRoceIpv4Overhead || ip_len > kRoceIpv4Overhead + kIcrcMaxTail ||
+        rte_pktmbuf_data_len(m) < p.l3_offset + ip_len)
+        return drop(m, in, DropReason::roce_malformed);
+    uint8_t* ip = rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset);
+    const uint8_t* bth = ip + 28;
+    if (!roce_opcode_translated(bth[0])) return drop(m, in, DropReason::roce_opcode_unsupported);
+    const bool external = ports_[in].cfg.role == PortRole::external;
+    RoceEntry* e = shared_.roce->find(external ? RoceSide::external : RoceSide::internal, bth_dqpn(bth));
+    if (e == nullptr) return drop(m, in, DropReason::roce_no_translation);
+    if (p.src_ip != e->expect_src)
+        return drop(m, in, external ? DropReason::roce_not_peer : DropReason::roce_wrong_source);
+    if (ip[8] <= 1) return drop(m, in, DropReason::ttl_expired);
+    roce_rewrite(ip, ip_len, *e);
+    e->packets.add();
+    e->bytes.add(ip_len);
+    send_ipv4(m, e->out_port, e->next_hop);
 }
 
 void Dataplane::punt(rte_mbuf* m, uint16_t in, Counter& kind) {

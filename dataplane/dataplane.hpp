@@ -17,6 +17,7 @@
 #include "dataplane/packet.hpp"
 #include "dataplane/peer_auth.hpp"
 #include "dataplane/resolver.hpp"
+#include "dataplane/roce.hpp"
 
 struct rte_ipv4_hdr;
 struct rte_mbuf;
@@ -129,6 +130,7 @@ struct DpShared {
     rte_rcu_qsbr* rcu = nullptr;
     unsigned rcu_thread = 0;
     const ResolveCache* cache = nullptr;  // null: the resolution service is off
+    const RoceView* roce = nullptr;       // null: RoCE v2 is not carried (port 4791 is l4_unhandled)
 };
 
 // Counters of the resolution service on the lcore, beyond the resolver's own.
@@ -198,6 +200,7 @@ private:
     void handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_inject(rte_mbuf* m);
     void handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
+    void handle_roce(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket& p, const ParsedMsg& msg);
     void punt(rte_mbuf* m, uint16_t in, Counter& kind);  // to the control threads, counted also as `kind`
     // Builds and routes one resolution datagram from our address on the way to `dst` (network order).
@@ -247,6 +250,7 @@ private:
     // The resolution service (null members when it is off).
     DpResolveConfig resolve_cfg_;
     uint16_t resolve_port_be_ = 0;
+    uint16_t roce_port_be_ = 0;  // 0 when shared_.roce is null
     std::vector<DpPeerState> peers_;
     std::unique_ptr<Resolver> resolver_;
     SeqClock seq_;  // our channel 0

@@ -56,7 +56,12 @@ namespace fedgate {
     X(resolve_replayed, "peer message seen before, or too old for the replay window")     \
     X(resolve_clock_skew, "peer message stamped too far in the past or future")            \
     X(resolve_unexpected, "resolution message of a type the gateway never receives")       \
-    X(resolve_alloc_failed, "no mbuf to answer a resolution message with")
+    X(resolve_alloc_failed, "no mbuf to answer a resolution message with")              \
+    X(roce_malformed, "RoCE v2 packet too short for BTH and ICRC, with IPv4 options, or too long") \
+    X(roce_opcode_unsupported, "RoCE v2 opcode that is not RC or CNP (UD, RD, UC, reserved)") \
+    X(roce_no_translation, "RoCE v2 to a queue pair no established connection uses")     \
+    X(roce_not_peer, "RoCE v2 on the external side from another than the connection's peer gateway") \
+    X(roce_wrong_source, "RoCE v2 on the internal side from another than the connection's node")
 
 enum class DropReason : uint8_t {
 #define FEDGATE_X(name, help) name,

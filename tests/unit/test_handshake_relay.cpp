@@ -30,6 +30,7 @@ constexpr Endpoint4 kAliceCtl{0xC6120103, 40001};     // 198.18.1.3
 constexpr Endpoint4 kBobCtl{0xC6120207, 40002};       // 198.18.2.7
 constexpr Endpoint4 kCarolCtl{0xC6120104, 40003};
 constexpr Endpoint4 kAInternal{0xC6120101, 0}, kBExternal{0xC6130002, 0};
+constexpr uint32_t kAExternal = 0xC6130001, kBInternal = 0xC6120201;  // 198.19.0.1, 198.18.2.1
 
 struct Sent {
     Endpoint4 dst;
@@ -49,6 +50,30 @@ public:
     std::vector<Sent> to_procs;
     std::vector<std::tuple<uint16_t, ProcessId, ProcessId>> imports_asked;  // peer_port, target, initiator
     uint64_t now = 0;
+    // RDMA: virtual QPNs handed out from a counter, `vqpns_free` of them; what was installed.
+    uint32_t own_internal = 0, own_external = 0, peer_external = 0;
+    uint32_t vqpns_free = 16, next_vqpn = 0x100;
+    uint16_t mtu_limit = 1024;
+    std::vector<std::pair<RoceSide, uint32_t>> reserved, released;
+    std::vector<RoceConn> installed;
+
+    std::optional<uint32_t> roce_reserve(RoceSide side) override {
+        if (vqpns_free == 0) return std::nullopt;
+        --vqpns_free;
+        reserved.emplace_back(side, ++next_vqpn);
+        return next_vqpn;
+    }
+    void roce_release(RoceSide side, uint32_t vqpn) override {
+        ++vqpns_free;
+        released.emplace_back(side, vqpn);
+    }
+    bool roce_install(const RoceConn& c) override {
+        installed.push_back(c);
+        return true;
+    }
+    uint32_t own_address(RoceSide side) override { return side == RoceSide::internal ? own_internal : own_external; }
+    uint32_t peer_address(uint16_t party) override { return party == peer_party ? peer_external : 0; }
+    uint16_t rdma_mtu_limit() override { return mtu_limit; }
 
     std::optional<Endpoint4> control_endpoint(ProcessId pid) override {
         const auto it = procs.find(pid.value);
@@ -94,7 +119,30 @@ ConnParams req(uint64_t id, ProcessId from = kAlice, ProcessId to = kBob) {
     p.qpn = 0x123;
     p.psn = 0xabcdef;
     p.mtu = 4096;
+    p.gid = ipv4_gid(kAliceCtl.addr);  // Alice's RoCE address is her node's
     return p;
+}
+
+ConnParams rep_rdma(const ConnParams& r) {
+    ConnParams p = r;
+    p.caps = kCapRdma;
+    p.qpn = 0x4567;
+    p.psn = 0x10;
+    p.mtu = 2048;
+    p.gid = ipv4_gid(kBobCtl.addr);
+    p.rkey = 77;
+    p.raddr = 0x1000;
+    p.rlen = 4096;
+    return p;
+}
+
+// The fields a gateway leaves alone.
+void expect_same_ids(const ConnParams& got, const ConnParams& want) {
+    EXPECT_EQ(got.conn_id, want.conn_id);
+    EXPECT_EQ(got.initiator, want.initiator);
+    EXPECT_EQ(got.target, want.target);
+    EXPECT_EQ(got.caps, want.caps);
+    EXPECT_EQ(got.psn, want.psn);
 }
 
 ConnParams rep_tcp(const ConnParams& r) {
@@ -115,6 +163,12 @@ protected:
         a_io.peer_party = kB;
         b_io.own_party = kB;
         b_io.peer_party = kA;
+        a_io.own_internal = kAInternal.addr;
+        a_io.own_external = kAExternal;
+        a_io.peer_external = kBExternal.addr;
+        b_io.own_internal = kBInternal;
+        b_io.own_external = kBExternal.addr;
+        b_io.peer_external = kAExternal;
         a_io.procs[kAlice.value] = kAliceCtl;
         a_io.procs[kCarol.value] = kCarolCtl;
         b_io.procs[kBob.value] = kBobCtl;
@@ -137,10 +191,10 @@ protected:
 TEST_F(RelayPair, HappyPathOverTcpRewritesTheEndpointTwice) {
     const ConnParams r = req(7);
     a->on_client(MsgType::conn_req, kAliceCtl, r, 0);
-    // B hands the REQ, untouched, to Bob's control endpoint.
+    // B hands the REQ to Bob's control endpoint; only its RDMA offer is translated.
     const auto at_bob = b_io.last(MsgType::conn_req, kBobCtl);
     ASSERT_TRUE(at_bob);
-    EXPECT_EQ(at_bob->p, r);
+    expect_same_ids(at_bob->p, r);
     EXPECT_EQ(stage_of(*a), "req_relayed");
 
     b->on_client(MsgType::conn_rep, kBobCtl, rep_tcp(r), 1);
@@ -170,23 +224,130 @@ TEST_F(RelayPair, HappyPathOverTcpRewritesTheEndpointTwice) {
     EXPECT_EQ(b->list(10, 5)["handshakes"][0]["role"], "inbound");
 }
 
-TEST_F(RelayPair, RdmaRepPassesGidAndQpnThroughUnchanged) {
+TEST_F(RelayPair, RdmaHandshakeTellsEachNodeItsOwnGatewayAndVirtualQpns) {
     const ConnParams r = req(8);
     a->on_client(MsgType::conn_req, kAliceCtl, r, 0);
-    ConnParams rep = r;
-    rep.caps = kCapRdma;
-    rep.qpn = 0x4567;
-    rep.psn = 0x10;
-    rep.mtu = 1024;
-    rep.gid[15] = 9;
-    rep.rkey = 77;
-    rep.raddr = 0x1000;
-    rep.rlen = 4096;
+    // Bob is told: peer = B's internal address, a vQPN of B's internal side; the PSN passes, the
+    // MTU is clamped to what the ports carry.
+    const auto at_bob = b_io.last(MsgType::conn_req, kBobCtl);
+    ASSERT_TRUE(at_bob);
+    expect_same_ids(at_bob->p, r);
+    EXPECT_EQ(at_bob->p.gid, ipv4_gid(kBInternal));
+    EXPECT_EQ(at_bob->p.mtu, 1024);
+    ASSERT_EQ(b_io.reserved.size(), 1u);
+    EXPECT_EQ(b_io.reserved[0].first, RoceSide::internal);
+    EXPECT_EQ(at_bob->p.qpn, b_io.reserved[0].second);
+
+    const ConnParams rep = rep_rdma(r);
     b->on_client(MsgType::conn_rep, kBobCtl, rep, 1);
     const auto at_alice = a_io.last(MsgType::conn_rep, kAliceCtl);
     ASSERT_TRUE(at_alice);
-    EXPECT_EQ(at_alice->p, rep);
+    expect_same_ids(at_alice->p, rep);
+    EXPECT_EQ(at_alice->p.status, ConnStatus::ok);
+    EXPECT_EQ(at_alice->p.gid, ipv4_gid(kAInternal.addr));
+    EXPECT_EQ(at_alice->p.mtu, 1024);
+    EXPECT_EQ(at_alice->p.rkey, 77u);  // the receive ring passes: RDMA WRITE addresses it on the far node
+    EXPECT_EQ(at_alice->p.raddr, 0x1000u);
+    ASSERT_EQ(a_io.reserved.size(), 2u);  // external at REQ, internal at REP
+    EXPECT_EQ(a_io.reserved[0].first, RoceSide::external);
+    EXPECT_EQ(a_io.reserved[1].first, RoceSide::internal);
+    EXPECT_EQ(at_alice->p.qpn, a_io.reserved[1].second);
     EXPECT_TRUE(a_io.imports_asked.empty());
+    EXPECT_TRUE(a_io.installed.empty());  // not before RTU
+
+    a->on_client(MsgType::conn_rtu, kAliceCtl, r, 2);
+    // Bob's RTU carries what Bob was told in REQ, not Alice's private QPN.
+    const auto rtu = b_io.last(MsgType::conn_rtu, kBobCtl);
+    ASSERT_TRUE(rtu);
+    EXPECT_EQ(rtu->p.qpn, at_bob->p.qpn);
+    EXPECT_EQ(rtu->p.gid, ipv4_gid(kBInternal));
+    ASSERT_EQ(a_io.installed.size(), 1u);
+    ASSERT_EQ(b_io.installed.size(), 1u);
+    const RoceConn& ca = a_io.installed[0];
+    const RoceConn& cb = b_io.installed[0];
+    // A: Alice's real QPN and address behind A's external vQPN; toward B's external vQPN.
+    EXPECT_EQ(ca.local, kAlice);
+    EXPECT_EQ(ca.remote, kBob);
+    EXPECT_EQ(ca.node_addr, kAliceCtl.addr);
+    EXPECT_EQ(ca.node_qpn, 0x123u);
+    EXPECT_EQ(ca.external_vqpn, a_io.reserved[0].second);
+    EXPECT_EQ(ca.internal_vqpn, a_io.reserved[1].second);
+    EXPECT_EQ(ca.peer_addr, kBExternal.addr);
+    EXPECT_EQ(cb.local, kBob);
+    EXPECT_EQ(cb.node_addr, kBobCtl.addr);
+    EXPECT_EQ(cb.node_qpn, 0x4567u);
+    EXPECT_EQ(cb.peer_addr, kAExternal);
+    // Each gateway sends to the vQPN the other's external side handed out.
+    EXPECT_EQ(ca.peer_vqpn, cb.external_vqpn);
+    EXPECT_EQ(cb.peer_vqpn, ca.external_vqpn);
+    EXPECT_TRUE(a_io.released.empty());
+    EXPECT_TRUE(b_io.released.empty());
+    EXPECT_EQ(a->counters().rdma_translated, 1u);
+    // A repeated RTU installs nothing more.
+    a->on_client(MsgType::conn_rtu, kAliceCtl, r, 3);
+    EXPECT_EQ(a_io.installed.size(), 1u);
+    EXPECT_EQ(b_io.installed.size(), 1u);
+}
+
+TEST_F(RelayPair, RdmaWithNoVirtualQpnLeftIsRefusedNoMapping) {
+    a_io.vqpns_free = 0;
+    a->on_client(MsgType::conn_req, kAliceCtl, req(20), 0);
+    const auto got = a_io.last(MsgType::conn_rep, kAliceCtl);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->p.status, ConnStatus::no_mapping);
+    EXPECT_EQ(b_io.count(MsgType::conn_req), 0u);
+    // The target's gateway out of vQPNs refuses too, and A gives its reservation back.
+    a_io.vqpns_free = 16;
+    b_io.vqpns_free = 0;
+    a->on_client(MsgType::conn_req, kAliceCtl, req(21), 0);
+    const auto again = a_io.last(MsgType::conn_rep, kAliceCtl);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->p.status, ConnStatus::no_mapping);
+    EXPECT_EQ(a_io.released.size(), 1u);
+    EXPECT_EQ(a_io.vqpns_free, 16u);
+}
+
+TEST_F(RelayPair, TcpChosenOrTimedOutGivesTheVirtualQpnsBack) {
+    const ConnParams r = req(30);
+    a->on_client(MsgType::conn_req, kAliceCtl, r, 0);
+    b->on_client(MsgType::conn_rep, kBobCtl, rep_tcp(r), 1);
+    EXPECT_EQ(b_io.released.size(), 1u);  // B's internal vQPN
+    EXPECT_EQ(a_io.released.size(), 1u);  // A's external vQPN
+    EXPECT_EQ(a_io.vqpns_free, 16u);
+    EXPECT_EQ(b_io.vqpns_free, 16u);
+
+    a->on_client(MsgType::conn_req, kAliceCtl, req(31), 10);
+    EXPECT_EQ(a_io.vqpns_free, 15u);
+    a->expire(10 + settings.handshake_timeout_ms);
+    b->expire(10 + settings.handshake_timeout_ms);
+    EXPECT_EQ(a_io.vqpns_free, 16u);
+    EXPECT_EQ(b_io.vqpns_free, 16u);
+}
+
+TEST_F(RelayPair, RdmaOfferWithoutAnIpv4GidIsNarrowedToTcpOrRefused) {
+    ConnParams r = req(40);
+    r.gid = {};
+    r.gid[0] = 0xfe, r.gid[1] = 0x80;  // link-local: nothing the gateways route
+    a->on_client(MsgType::conn_req, kAliceCtl, r, 0);
+    const auto at_bob = b_io.last(MsgType::conn_req, kBobCtl);
+    ASSERT_TRUE(at_bob);
+    EXPECT_EQ(at_bob->p.caps, kCapTcp);
+    EXPECT_EQ(a->counters().rdma_unmapped_gid, 1u);
+    r.conn_id = 41;
+    r.caps = kCapRdma;
+    a->on_client(MsgType::conn_req, kAliceCtl, r, 0);
+    const auto got = a_io.last(MsgType::conn_rep, kAliceCtl);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->p.status, ConnStatus::bad_request);
+}
+
+TEST_F(RelayPair, ALocalRdmaHandshakeIsNotTranslated) {
+    const ConnParams r = req(50, kAlice, kCarol);
+    a->on_client(MsgType::conn_req, kAliceCtl, r, 0);
+    const auto at_carol = a_io.last(MsgType::conn_req, kCarolCtl);
+    ASSERT_TRUE(at_carol);
+    EXPECT_EQ(at_carol->p, r);
+    EXPECT_TRUE(a_io.reserved.empty());
 }
 
 TEST_F(RelayPair, UnregisteredOrMisplacedInitiatorIsRefused) {

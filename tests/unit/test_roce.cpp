@@ -2,7 +2,9 @@
 // CRC, the incremental update against full recomputation, and the MTU clamp.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -162,6 +164,142 @@ TEST(Icrc, ACorruptPacketStaysCorruptByTheSameBits) {
         roce_rewrite(&f[kEth], ip_len_of(f), e);
         EXPECT_EQ(wire_icrc(f) ^ full_icrc(f), error_before) << "payload " << n;
     }
+}
+
+}  // namespace
+}  // namespace fedgate
+
+// ---- the translation table and its virtual QPNs --------------------------------------------------
+
+#include "controlplane/roce_translations.hpp"
+
+namespace fedgate {
+namespace {
+
+std::vector<DpPortConfig> two_ports() {
+    DpPortConfig in, ex;
+    in.port_id = 0, in.role = PortRole::internal, in.addr = htonl(test::ip("198.18.1.1")), in.prefix_len = 24;
+    ex.port_id = 1, ex.role = PortRole::external, ex.addr = htonl(test::ip("198.19.0.1")), ex.prefix_len = 24;
+    return {in, ex};
+}
+
+struct TableTest : ::testing::Test {
+    int syncs = 0;
+    RoceTranslations t{4, two_ports(), [this] { ++syncs; }};
+
+    RoceConn conn(uint64_t id, uint32_t vi, uint32_t ve) {
+        RoceConn c;
+        c.conn_id = id;
+        c.initiator = c.local = ProcessId::make(1, 3, 100);
+        c.target = c.remote = ProcessId::make(2, 7, 42);
+        c.peer_party = 2;
+        c.node_addr = test::ip("198.18.1.3");
+        c.node_qpn = 0x123;
+        c.peer_addr = test::ip("198.19.0.2");
+        c.peer_vqpn = 0x777;
+        c.internal_vqpn = vi;
+        c.external_vqpn = ve;
+        return c;
+    }
+};
+
+TEST_F(TableTest, ReservesDistinctValidQpnsUntilExhaustedAndCountsIt) {
+    std::set<uint32_t> got;
+    for (int i = 0; i < 4; ++i) {
+        const auto q = t.reserve(RoceSide::internal);
+        ASSERT_TRUE(q);
+        EXPECT_NE(*q, 0u);
+        EXPECT_NE(*q, 1u);
+        EXPECT_LE(*q, kQpnMask);
+        got.insert(*q);
+    }
+    EXPECT_EQ(got.size(), 4u);
+    EXPECT_FALSE(t.reserve(RoceSide::internal));
+    EXPECT_EQ(t.counters().exhausted, 1u);
+    EXPECT_TRUE(t.reserve(RoceSide::external));  // each side has its own space
+}
+
+TEST_F(TableTest, NeverHandsOutAValueStillInUseAndReusesFreedOnesLate) {
+    std::mt19937 rng(3);
+    std::set<uint32_t> in_use;
+    std::map<uint32_t, int> handed;
+    for (int i = 0; i < 2000; ++i) {
+        if (in_use.size() < 4 && (in_use.empty() || rng() % 2 == 0)) {
+            const auto q = t.reserve(RoceSide::internal);
+            ASSERT_TRUE(q);
+            ASSERT_EQ(in_use.count(*q), 0u) << "handed out twice: " << *q;
+            in_use.insert(*q);
+            ++handed[*q];
+        } else {
+            auto it = in_use.begin();
+            std::advance(it, rng() % in_use.size());
+            t.release(RoceSide::internal, *it);
+            in_use.erase(it);
+        }
+    }
+    // A released value does not come straight back: generations move on.
+    const auto q = t.reserve(RoceSide::internal);
+    ASSERT_TRUE(q);
+    t.release(RoceSide::internal, *q);
+    const auto r = t.reserve(RoceSide::internal);
+    ASSERT_TRUE(r);
+    EXPECT_NE(*q, *r);
+}
+
+TEST_F(TableTest, InstallPublishesBothDirectionsAndRemovalWaitsForAGracePeriod) {
+    const uint32_t vi = *t.reserve(RoceSide::internal), ve = *t.reserve(RoceSide::external);
+    ASSERT_TRUE(t.install(conn(9, vi, ve), 0));
+    const RoceView& v = t.view();
+    const RoceEntry* to_peer = v.find(RoceSide::internal, vi);
+    ASSERT_NE(to_peer, nullptr);
+    EXPECT_EQ(to_peer->expect_src, htonl(test::ip("198.18.1.3")));
+    EXPECT_EQ(to_peer->new_src, htonl(test::ip("198.19.0.1")));
+    EXPECT_EQ(to_peer->new_dst, htonl(test::ip("198.19.0.2")));
+    EXPECT_EQ(to_peer->new_dqpn, 0x777u);
+    EXPECT_EQ(to_peer->out_port, 1);
+    const RoceEntry* from_peer = v.find(RoceSide::external, ve);
+    ASSERT_NE(from_peer, nullptr);
+    EXPECT_EQ(from_peer->expect_src, htonl(test::ip("198.19.0.2")));
+    EXPECT_EQ(from_peer->new_src, htonl(test::ip("198.18.1.1")));
+    EXPECT_EQ(from_peer->new_dst, htonl(test::ip("198.18.1.3")));
+    EXPECT_EQ(from_peer->new_dqpn, 0x123u);
+    EXPECT_EQ(from_peer->out_port, 0);
+    const auto listed = t.list(10, 0);
+    ASSERT_EQ(listed.size(), 1u);
+    EXPECT_EQ(listed[0]["node"], "198.18.1.3");
+    EXPECT_EQ(listed[0]["internal_vqpn"], vi);
+    EXPECT_EQ(listed[0]["peer_vqpn"], 0x777);
+
+    EXPECT_EQ(t.remove_process(ProcessId::make(2, 7, 42)), 1u);  // the remote process left
+    EXPECT_EQ(v.find(RoceSide::internal, vi), nullptr);
+    EXPECT_EQ(v.find(RoceSide::external, ve), nullptr);
+    EXPECT_EQ(t.size(), 0u);
+    // The slots come back only after the lcore passed a quiescent state.
+    EXPECT_EQ(syncs, 0);
+    t.tick(1, 0);
+    EXPECT_EQ(syncs, 1);
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(t.reserve(RoceSide::internal));
+}
+
+TEST_F(TableTest, IdleTranslationsGoAndBusyOnesStay) {
+    const uint32_t vi = *t.reserve(RoceSide::internal), ve = *t.reserve(RoceSide::external);
+    const uint32_t wi = *t.reserve(RoceSide::internal), we = *t.reserve(RoceSide::external);
+    ASSERT_TRUE(t.install(conn(1, vi, ve), 0));
+    ASSERT_TRUE(t.install(conn(2, wi, we), 0));
+    t.view().find(RoceSide::external, we)->packets.add();  // connection 2 carries a packet
+    t.tick(500, 1000);
+    EXPECT_EQ(t.size(), 2u);
+    t.tick(1000, 1000);
+    EXPECT_EQ(t.size(), 1u);  // connection 1: no packet for 1000 ms
+    EXPECT_EQ(t.counters().removed_idle, 1u);
+    EXPECT_NE(t.view().find(RoceSide::internal, wi), nullptr);
+    EXPECT_EQ(t.remove_peer(2), 1u);
+    EXPECT_EQ(t.size(), 0u);
+}
+
+TEST_F(TableTest, InstallRefusesQpnsItDidNotReserve) {
+    EXPECT_FALSE(t.install(conn(1, 0x1234, 0x2345), 0));
+    EXPECT_EQ(t.counters().install_failed, 1u);
 }
 
 }  // namespace
