@@ -595,3 +595,143 @@ TEST_F(ResolveDataplaneTest, ClientMessagesOnTheExternalPortAndPeerMessagesFromS
 
 }  // namespace
 }  // namespace fedgate
+
+// ---- RoCE v2 between parties ----------------------------------------------------------------------
+
+#include "controlplane/roce_translations.hpp"
+
+namespace fedgate {
+namespace {
+
+// One RDMA connection through gateway A: node 198.18.1.10 (QP 0x123) and the peer gateway's
+// external address 198.19.0.2 (its vQPN 0x777). Static neighbours, so nothing waits for ARP.
+class RoceDataplaneTest : public DataplaneTest {
+protected:
+    static constexpr const char* kNodeIp = "198.18.1.10";
+    static constexpr const char* kPeerIp = "198.19.0.2";
+    static constexpr uint32_t kNodeQpn = 0x123, kPeerVqpn = 0x777;
+
+    void SetUp() override {
+        DataplaneTest::SetUp();
+        dp_.reset();
+        MacAddr node, peer;
+        std::memcpy(node.data(), kNode.data(), 6);
+        std::memcpy(peer.data(), kPeerGw.data(), 6);
+        std::vector<DpPortConfig> pc(2);
+        pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0, {{be(kNodeIp), node}}};
+        pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, 0, {{be(kPeerIp), peer}}};
+        roce_ = std::make_unique<RoceTranslations>(16, pc, [] {});
+        dp_ = std::make_unique<Dataplane>(DataplaneConfig{}, pc, g_pool, DpRings{punt_, inject_},
+                                          DpShared{nullptr, nullptr, 0, nullptr, &roce_->view()});
+        vi_ = *roce_->reserve(RoceSide::internal);
+        ve_ = *roce_->reserve(RoceSide::external);
+        RoceConn c;
+        c.conn_id = 1;
+        c.initiator = c.local = ProcessId::make(1, 3, 100);
+        c.target = c.remote = ProcessId::make(2, 7, 42);
+        c.peer_party = 2;
+        c.node_addr = test::ip(kNodeIp);
+        c.node_qpn = kNodeQpn;
+        c.peer_addr = test::ip(kPeerIp);
+        c.peer_vqpn = kPeerVqpn;
+        c.internal_vqpn = vi_;
+        c.external_vqpn = ve_;
+        ASSERT_TRUE(roce_->install(c, 0));
+    }
+    void TearDown() override {
+        dp_.reset();
+        roce_.reset();
+        DataplaneTest::TearDown();
+    }
+
+    // A RoCE v2 frame; `tos` set after the builder, with the header checksum fixed (the ICRC masks it).
+    static std::vector<uint8_t> roce(const test::Mac& dst_mac, const test::Mac& src_mac, const char* src, const char* dst,
+                                     uint8_t ttl, uint8_t op, uint32_t dqpn, std::size_t payload, uint8_t tos = 0) {
+        auto f = PacketBuilder()
+                     .eth(dst_mac, src_mac)
+                     .ipv4(src, dst, ttl, 4242)
+                     .udp(50123, kRoceV2Port)
+                     .udp_no_checksum()
+                     .bth(op, dqpn, 0x654321, 0x40, true)
+                     .payload(payload, 3)
+                     .icrc()
+                     .build();
+        f[15] = tos;
+        f[24] = f[25] = 0;
+        const uint16_t c = test::inet_checksum(&f[14], 20);
+        f[24] = static_cast<uint8_t>(c >> 8), f[25] = static_cast<uint8_t>(c);
+        return f;
+    }
+
+    std::unique_ptr<RoceTranslations> roce_;
+    uint32_t vi_ = 0, ve_ = 0;
+};
+
+TEST_F(RoceDataplaneTest, NodeToPeerIsTranslatedByteForByteKeepingDscpAndEcn) {
+    for (const std::size_t payload : {16, 1024}) {  // SEND ONLY, RDMA WRITE ONLY (RETH + data)
+        const uint8_t op = payload == 16 ? 0x04 : 0x0a;
+        receive(0, roce(gw_in_, kNode, kNodeIp, kInternalIp, 64, op, vi_, payload, 0x6a));
+        dp_->poll_once();
+        const auto out = sent(1);
+        ASSERT_EQ(out.size(), 1u);
+        // The builder computes the ICRC itself: equal bytes mean the incremental update is right.
+        EXPECT_EQ(out[0], roce(kPeerGw, gw_ext_, kExternalIp, kPeerIp, 63, op, kPeerVqpn, payload, 0x6a)) << payload;
+    }
+    EXPECT_EQ(roce_->view().find(RoceSide::internal, vi_)->packets.get(), 2u);
+}
+
+TEST_F(RoceDataplaneTest, PeerToNodeCarriesAckAndCnpToTheRealQpn) {
+    for (const uint8_t op : {uint8_t{0x11}, kOpCnp, uint8_t{0x10}}) {  // ACK (AETH), CNP (16 bytes), READ RESPONSE ONLY
+        const std::size_t payload = op == 0x11 ? 4 : op == kOpCnp ? 16 : 256;
+        receive(1, roce(gw_ext_, kPeerGw, kPeerIp, kExternalIp, 50, op, ve_, payload, 0x03));
+        dp_->poll_once();
+        const auto out = sent(0);
+        ASSERT_EQ(out.size(), 1u) << int(op);
+        EXPECT_EQ(out[0], roce(kNode, gw_in_, kInternalIp, kNodeIp, 49, op, kNodeQpn, payload, 0x03)) << int(op);
+    }
+    EXPECT_EQ(roce_->view().find(RoceSide::external, ve_)->packets.get(), 3u);
+}
+
+TEST_F(RoceDataplaneTest, ACorruptIcrcArrivesCorrupt) {
+    auto in = roce(gw_in_, kNode, kNodeIp, kInternalIp, 64, 0x04, vi_, 64);
+    in[14 + 40 + 7] ^= 0x10;  // a payload bit flipped on the way to us
+    receive(0, in);
+    dp_->poll_once();
+    const auto out = sent(1);
+    ASSERT_EQ(out.size(), 1u);
+    auto want = roce(kPeerGw, gw_ext_, kExternalIp, kPeerIp, 63, 0x04, kPeerVqpn, 64);
+    want[14 + 40 + 7] ^= 0x10;  // the same flip, under the ICRC of the unflipped packet
+    EXPECT_EQ(out[0], want);
+    EXPECT_NE(icrc_compute(&out[0][14], static_cast<uint32_t>(out[0].size() - 14)), icrc_load(&out[0][out[0].size() - 4]));
+}
+
+TEST_F(RoceDataplaneTest, WhatWasNotNegotiatedIsDroppedUnderItsOwnReason) {
+    receive(0, roce(gw_in_, kNode, kNodeIp, kInternalIp, 64, 0x04, vi_ + 1, 16));          // no such vQPN
+    receive(0, roce(gw_in_, kNode, kNodeIp, kInternalIp, 64, 0x04, ve_ == vi_ ? vi_ + 2 : ve_, 16));
+    receive(0, roce(gw_in_, kNode, "198.18.1.11", kInternalIp, 64, 0x04, vi_, 16));         // spoofed node
+    receive(1, roce(gw_ext_, kPeerGw, "198.19.0.3", kExternalIp, 64, 0x04, ve_, 16));       // not the peer
+    receive(0, roce(gw_in_, kNode, kNodeIp, kInternalIp, 64, 0x64, vi_, 16));               // UD SEND ONLY
+    auto shorty = PacketBuilder().eth(gw_in_, kNode).ipv4(kNodeIp, kInternalIp).udp(1, kRoceV2Port).payload(8).build();
+    receive(0, shorty);                                                                         // no room for BTH+ICRC
+    receive(0, roce(gw_in_, kNode, kNodeIp, kInternalIp, 1, 0x04, vi_, 16));                // TTL runs out
+    dp_->poll_once();
+    EXPECT_TRUE(sent(0).empty());
+    EXPECT_TRUE(sent(1).empty());
+    EXPECT_EQ(drops(0, DropReason::roce_no_translation), 2u);
+    EXPECT_EQ(drops(0, DropReason::roce_wrong_source), 1u);
+    EXPECT_EQ(drops(1, DropReason::roce_not_peer), 1u);
+    EXPECT_EQ(drops(0, DropReason::roce_opcode_unsupported), 1u);
+    EXPECT_EQ(drops(0, DropReason::roce_malformed), 1u);
+    EXPECT_EQ(drops(0, DropReason::ttl_expired), 1u);
+}
+
+TEST_F(RoceDataplaneTest, ARemovedTranslationPassesNothing) {
+    roce_->remove_process(ProcessId::make(1, 3, 100));
+    receive(0, roce(gw_in_, kNode, kNodeIp, kInternalIp, 64, 0x04, vi_, 16));
+    dp_->poll_once();
+    EXPECT_TRUE(sent(1).empty());
+    EXPECT_EQ(drops(0, DropReason::roce_no_translation), 1u);
+}
+
+}  // namespace
+}  // namespace fedgate
