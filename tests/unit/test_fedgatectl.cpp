@@ -1115,3 +1115,31 @@ TEST(FedgatectlReload, HelpListsReload) {
     EXPECT_EQ(h.status, 0);
     EXPECT_NE(h.out.find("fedgatectl reload --json"), std::string::npos) << h.out;
 }
+
+// ---- relayed connections and their RoCE v2 translations ---------------------------------------
+
+namespace {
+
+constexpr const char* kConnListReply = R"({"ok":true,"result":{"total":1,"shown":1,"handshakes":[
+{"conn_id":"0x00000000000000aa","initiator":"1.3.100","target":"2.7.42","role":"outbound","peer_party":2,
+ "stage":"established","status":"ok","transport":"roce_v2","age_ms":1500}],
+"translations":[{"conn_id":"0x00000000000000aa","local":"1.3.100","remote":"2.7.42","peer_party":2,
+ "node":"198.18.1.10","node_qpn":291,"internal_vqpn":16385,"external_vqpn":16385,"peer":"198.19.0.2",
+ "peer_vqpn":1911,"to_peer":{"packets":5,"bytes":640},"from_peer":{"packets":2,"bytes":120},"idle_ms":2000}]}})";
+
+}  // namespace
+
+TEST(FedgatectlConn, ListShowsHandshakesThenTranslationsWithBothQpnsAndTraffic) {
+    Exchange x = exchange(kConnListReply, {"conn", "list"});
+    EXPECT_EQ(x.r.status, 0) << x.r.err;
+    EXPECT_EQ(x.request, "{\"cmd\":\"conn_list\",\"limit\":1000}\n");
+    const std::string& out = x.r.out;
+    EXPECT_NE(out.find("1 shown of 1\n"), std::string::npos) << out;
+    const auto at = out.find("RoCE v2 translations:\n");
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string rest = out.substr(at);
+    for (const char* want : {"int vqpn", "ext vqpn", "peer vqpn", "198.18.1.10", "291", "16385", "198.19.0.2", "1911",
+                             "5 pkts 640 B", "2 pkts 120 B"})
+        EXPECT_NE(rest.find(want), std::string::npos) << want << " missing in:\n" << out;
+    EXPECT_EQ(exchange(kConnListReply, {"conn", "list", "--json"}).r.out, pretty(kConnListReply));
+}
