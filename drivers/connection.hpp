@@ -5,11 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 
 #include "dataplane/resolve_wire.hpp"
+#include "drivers/handshake.hpp"
 
 namespace fedgate {
 
@@ -35,6 +37,9 @@ public:
     virtual uint64_t conn_id() const = 0;
     virtual ProcessId local_pid() const = 0;
     virtual ProcessId peer_pid() const = 0;
+    // The path the handshake gave this connection's QP (the peer's QP, both PSNs, the negotiated
+    // MTU); nullopt for tcp.
+    virtual std::optional<RdmaPath> rdma_path() const { return std::nullopt; }
 
     // Fills `buf` completely; false if the peer closed first.
     bool recv_exact(std::span<uint8_t> buf) {

@@ -101,6 +101,7 @@ void Endpoint::open_rdma(RdmaProvider* rdma) {
         rdma_error_ = kNoDevice;
     else
         rdma_ready_ = rdma_->open(rdma_error_);
+    if (rdma_ready_) rdma_params_ = rdma_->device_params();
     if (rdma_ready_ || options_.transport != TransportChoice::automatic) return;
     // Visible, once: the fallback is never silent.
     const std::string line = "endpoint " + format_process_id(options_.pid) + ": " + rdma_error_ + "; using tcp";
@@ -135,8 +136,8 @@ void Endpoint::close_sockets() {
     }
 }
 
-// What the gateway holds for this process. The RDMA hook: with a device the record says roce_v2
-// (peers may then expect RDMA); a device's GID and MTU would go here once the provider offers them.
+// What the gateway holds for this process. With a device the record says roce_v2 (peers may then
+// expect RDMA) and carries the device's GID, MTU and a QP number, the values its connections use.
 DmaAddress Endpoint::record() const {
     DmaAddress a;
     a.pid = options_.pid;
@@ -144,6 +145,11 @@ DmaAddress Endpoint::record() const {
     // A process that asked for rdma only says so even without a device (it offers no tcp port);
     // its listen() and connect() then fail at stage transport, naming why.
     a.transport = rdma_ready_ || options_.transport == TransportChoice::rdma ? Transport::roce_v2 : Transport::tcp;
+    if (rdma_ready_) {
+        a.gid = rdma_params_.gid;
+        a.qpn = rdma_params_.qpn;
+        a.mtu = rdma_params_.mtu;
+    }
     a.ipv4 = options_.bind_ipv4;
     a.port = tcp_port_;
     return a;

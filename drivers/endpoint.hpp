@@ -59,6 +59,15 @@ public:
                                                 ProcessId peer_pid, ConnStage& failed, std::string& error) = 0;
 };
 
+// What a process registers about its RDMA side in its DmaAddress record, so that the record and
+// the connections it makes agree.
+struct RdmaDeviceParams {
+    std::array<uint8_t, 16> gid{};  // the GID its QPs speak from
+    uint32_t qpn = 0;               // a QP number of this device (see device_params())
+    uint16_t mtu = 0;               // the port's active MTU in bytes, the most a path can get
+    bool operator==(const RdmaDeviceParams&) const = default;
+};
+
 class RdmaProvider {
 public:
     virtual ~RdmaProvider() = default;
@@ -67,6 +76,9 @@ public:
     virtual bool open(std::string& error) = 0;
     // A fresh QP for one connection; null with `error` set.
     virtual std::unique_ptr<PreparedQp> prepare(std::string& error) = 0;
+    // After a successful open(): the GID, MTU and a QP number to register. Each connection gets a
+    // QP of its own, so the QPN is the one the provider hands to its first prepare().
+    virtual RdmaDeviceParams device_params() const = 0;
 };
 
 // ---- options and stats -----------------------------------------------------------------------
@@ -192,6 +204,7 @@ private:
     EndpointOptions options_;
     RdmaProvider* rdma_ = nullptr;
     bool rdma_ready_ = false;
+    RdmaDeviceParams rdma_params_;  // what record() registers, read once at open
     std::string rdma_error_;
     uint64_t handshake_timeout_ms_ = 0;
     int ctl_fd_ = -1;

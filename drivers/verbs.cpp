@@ -474,6 +474,13 @@ bool RdmaConnection::connect(const RemoteQp& remote, ProcessId local_pid, Proces
     return true;
 }
 
+std::optional<RdmaPath> RdmaConnection::rdma_path() const {
+    if (!connected_) return std::nullopt;
+    const RemoteQp& r = remote_;
+    const RdmaQpParams peer{r.qpn, r.psn, r.mtu, r.gid, r.rkey, r.raddr, r.rlen};
+    return RdmaPath{peer, r.psn, psn_, path_mtu_};
+}
+
 // ---- RdmaConnection: completions ---------------------------------------------------------------
 
 void RdmaConnection::require_connected(const char* what) const {

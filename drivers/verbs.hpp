@@ -159,6 +159,9 @@ public:
     ProcessId local_pid() const override { return local_pid_; }
     ProcessId peer_pid() const override { return peer_pid_; }
     uint16_t path_mtu() const { return path_mtu_; }  // negotiated; 0 before connect()
+    // What connect() programmed (remote.psn and rq_psn: the peer's PSN; remote.mtu: the path MTU,
+    // as RemoteQp carries it); nullopt before it.
+    std::optional<RdmaPath> rdma_path() const override;
 
 private:
     enum class MsgKind : uint8_t;

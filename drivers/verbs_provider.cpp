@@ -43,13 +43,25 @@ VerbsProvider::VerbsProvider(VerbsApi& api, RdmaOptions options) : api_(api), op
 
 bool VerbsProvider::open(std::string& error) {
     device_ = RdmaDevice::open(api_, options_, error);
-    return device_ != nullptr;
+    if (device_ == nullptr) return false;
+    first_ = RdmaConnection::prepare(*device_, error);
+    if (first_ == nullptr) {
+        error = "RDMA device " + device_->name() + " cannot make a queue pair: " + error;
+        device_.reset();
+        return false;
+    }
+    params_ = RdmaDeviceParams{device_->gid(), first_->local().qpn, device_->active_mtu_bytes()};
+    return true;
 }
 
 std::unique_ptr<PreparedQp> VerbsProvider::prepare(std::string& error) {
     if (device_ == nullptr) {
         error = "no RDMA device is open";
         return nullptr;
+    }
+    {
+        std::lock_guard lock(first_mu_);
+        if (first_ != nullptr) return std::make_unique<VerbsPreparedQp>(std::move(first_));
     }
     std::unique_ptr<RdmaConnection> c = RdmaConnection::prepare(*device_, error);
     if (c == nullptr) return nullptr;

@@ -32,6 +32,7 @@
 
 #include "drivers/digest_stream.hpp"
 #include "drivers/endpoint.hpp"
+#include "drivers/handshake_only.hpp"
 #include "drivers/verbs_provider.hpp"
 #include "drivers/node_client.hpp"
 #include "tools/command_table.hpp"
@@ -107,15 +108,25 @@ constexpr std::array kCommands{
             "fedgate-node --gateway 198.18.1.1 resolve 2.3.99\n"
             "fedgate-node --gateway 198.18.1.1 --timeout-ms 1000 resolve 0.3.99 --json",
             resolve_options, run_resolve},
-    Command{"listen", "", "--pid ID [--tcp-port N] [--transport auto|rdma|tcp] [--count N]",
-            "register, accept connections from other processes and check the bytes each one sends",
+    Command{"listen", "",
+            "--pid ID [--tcp-port N] [--transport auto|rdma|tcp] [--count N] [--json] "
+            "[--handshake-only --qpn N --psn N [--gid GID] [--mtu N]]",
+            "register, accept connections from other processes and check the bytes each one sends (or, "
+            "--handshake-only, print each one's RDMA path)",
             "fedgate-node --gateway 198.18.2.1 listen --pid 2.7.42 --count 1\n"
-            "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --tcp-port 5000 --transport tcp",
+            "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --tcp-port 5000 --transport tcp\n"
+            "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --transport rdma "
+            "--handshake-only --qpn 0x5678 --psn 0x99 --json",
             listen_options, run_listen},
-    Command{"connect", "", "--pid ID --to ID --bytes N [--transport auto|rdma|tcp] [--parallel K] [--repeat N] [--hold] [--json]",
-            "register, connect to process --to through the gateways and send it N checked bytes",
+    Command{"connect", "",
+            "--pid ID --to ID (--bytes N | --handshake-only --qpn N --psn N [--gid GID] [--mtu N]) "
+            "[--transport auto|rdma|tcp] [--parallel K] [--repeat N] [--hold] [--json]",
+            "register, connect to process --to through the gateways and send it N checked bytes (or, "
+            "--handshake-only, print the RDMA path)",
             "fedgate-node --gateway 198.18.1.1 connect --pid 1.7.42 --to 2.7.42 --bytes 268435456\n"
-            "fedgate-node --gateway 198.18.1.1 connect --pid 1.7.42 --to 2.7.42 --bytes 1048576 --parallel 4 --json",
+            "fedgate-node --gateway 198.18.1.1 connect --pid 1.7.42 --to 2.7.42 --bytes 1048576 --parallel 4 --json\n"
+            "fedgate-node --gateway 198.18.1.1 --bind 198.18.1.20 connect --pid 1.7.42 --to 2.7.42 --transport rdma "
+            "--handshake-only --qpn 0x1234 --psn 0x42 --mtu 4096 --json",
             connect_options, run_connect},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgate-node help register",
             help_options, run_help},
@@ -181,11 +192,21 @@ void print_command_help(std::ostream& out, const cli::CommandText& c) {
     if (c.name == "listen")
         out << "\nPrints 'listening ID epoch N tcp port P', then one line per connection: its ID, the peer, the\n"
                "transport, the bytes, the time, the throughput and whether the sender's SHA-256 matched. Exits\n"
-               "after --count connections, or on SIGINT/SIGTERM, and deregisters; 1 if any digest differed.\n";
+               "after --count connections, or on SIGINT/SIGTERM, and deregisters; 1 if any digest differed.\n"
+               "With --json the 'listening' line goes to stderr and stdout has one JSON object per connection,\n"
+               "one per line, as each one ends.\n";
     if (c.name == "connect")
         out << "\nEach connection sends an 8-byte length, N pseudo-random bytes and their SHA-256; the listener\n"
                "answers with its own digest. A failure names its stage: resolve, req, rep, refused, transport,\n"
                "rtr, rts or data. Exit 1 if any connection failed or any digest differed.\n";
+    if (c.name == "listen" || c.name == "connect")
+        out << "\n--handshake-only runs the RDMA handshake (REQ/REP/RTU through the gateways) with no RDMA device:\n"
+               "this side's QP is --qpn, --psn, --gid and --mtu, registered in the record too, and no data moves.\n"
+               "listen says 'listening ID epoch N rdma handshake-only qpn Q psn P gid G mtu M'. Each connection\n"
+               "prints what its QP would be programmed with: the peer's QPN, PSN and GID and the negotiated\n"
+               "(lower) MTU. With --json, one object per line: conn_id, initiator, target, transport, local_qpn,\n"
+               "local_psn, local_gid, local_mtu, peer_qpn, peer_psn, peer_gid, peer_mtu, mtu (connect adds\n"
+               "setup_us). It needs --transport rdma; every connection reports the same QPN.\n";
     if (with_globals) {
         out << "\n";
         print_id_note(out);
@@ -582,6 +603,23 @@ constexpr uint64_t kMaxParallel = 256;
 constexpr uint64_t kMaxRepeat = 1'000'000;
 constexpr auto kStopCheck = std::chrono::milliseconds{200};  // how soon listen notices SIGINT/SIGTERM
 
+// The values a handshake-only QP takes, shared by listen and connect.
+void handshake_only_options(po::options_description& visible) {
+    visible.add_options()
+        ("handshake-only", po::bool_switch(),
+         "run the RDMA handshake without a device and print the path each QP would get; no data moves "
+         "(needs --transport rdma, --qpn, --psn)")
+        ("qpn", po::value<std::string>()->value_name("N"),
+         "--handshake-only: this side's QP number, 2..16777215 or 0x...")
+        ("psn", po::value<std::string>()->value_name("N"),
+         "--handshake-only: this side's starting PSN, 0..16777215 or 0x...")
+        ("gid", po::value<std::string>()->value_name("GID"),
+         "--handshake-only: this side's GID in IPv6 form (default ::ffff:<this node's address>: --bind, else "
+         "the address the gateway is reached from)")
+        ("mtu", po::value<std::string>()->value_name("N"),
+         "--handshake-only: this side's path MTU, 256|512|1024|2048|4096 (default 1024)");
+}
+
 void listen_options(po::options_description& visible, po::options_description&,
                     po::positional_options_description&) {
     visible.add_options()
@@ -590,7 +628,10 @@ void listen_options(po::options_description& visible, po::options_description&,
         ("transport", po::value<std::string>()->value_name("auto|rdma|tcp"),
          "auto: RDMA if this node has a device, else tcp (said once); rdma: RDMA only; tcp (default auto)")
         ("count", po::value<std::string>()->value_name("N"),
-         "exit after N connections, 1..1000000 (default: until SIGINT/SIGTERM)");
+         "exit after N connections, 1..1000000 (default: until SIGINT/SIGTERM)")
+        ("json", po::bool_switch(),
+         "one JSON object per connection, one per line (JSON Lines); the 'listening' line goes to stderr");
+    handshake_only_options(visible);
 }
 
 void connect_options(po::options_description& visible, po::options_description&,
@@ -598,14 +639,17 @@ void connect_options(po::options_description& visible, po::options_description&,
     visible.add_options()
         ("pid", po::value<std::string>()->value_name("ID"), "this process's ID (see below)")
         ("to", po::value<std::string>()->value_name("ID"), "the process to connect to")
-        ("bytes", po::value<std::string>()->value_name("N"), "bytes to send on each connection, 0..8589934592")
+        ("bytes", po::value<std::string>()->value_name("N"),
+         "bytes to send on each connection, 0..8589934592 (not with --handshake-only)")
         ("transport", po::value<std::string>()->value_name("auto|rdma|tcp"), "as for listen (default auto)")
         ("parallel", po::value<std::string>()->value_name("K"), "connections at once, each from its own thread, 1..256 "
                                                                 "(default 1)")
         ("repeat", po::value<std::string>()->value_name("N"),
          "connections each thread makes one after another, 1..1000000 (default 1)")
         ("hold", po::bool_switch(), "after printing, stay registered until SIGINT/SIGTERM, then deregister")
-        ("json", po::bool_switch(), "print the connections as a JSON array (2-space indent)");
+        ("json", po::bool_switch(),
+         "print the connections as a JSON array (2-space indent); with --handshake-only one object per line");
+    handshake_only_options(visible);
 }
 
 TransportChoice check_choice(std::string_view cmd, const po::variables_map& vm) {
@@ -633,6 +677,50 @@ uint32_t route_source(uint32_t gateway, uint16_t port) {
     return ntohl(local.sin_addr.s_addr);
 }
 
+// --handshake-only's values as given; the GID's default needs the node's address (endpoint_options).
+struct HandshakeOnlyArgs {
+    uint32_t qpn = 0;
+    uint32_t psn = 0;
+    uint16_t mtu = kRoceDefaultMtu;
+    std::optional<std::array<uint8_t, 16>> gid;
+};
+
+// Checked before anything is sent: nullopt without --handshake-only, whose values are then refused.
+std::optional<HandshakeOnlyArgs> check_handshake_only(std::string_view cmd, const po::variables_map& vm,
+                                                      TransportChoice transport) {
+    const std::string c(cmd);
+    if (!vm["handshake-only"].as<bool>()) {
+        for (const char* o : {"qpn", "psn", "gid", "mtu"})
+            if (opt(vm, o))
+                throw UsageError(c + ": --" + o +
+                                 " is only for --handshake-only (with a device, the device gives the QP its values)");
+        return std::nullopt;
+    }
+    if (transport != TransportChoice::rdma)
+        throw UsageError(c + ": --handshake-only needs --transport rdma, got " +
+                         (opt(vm, "transport") ? "--transport " + std::string(transport_choice_name(transport))
+                                               : std::string("no --transport (auto)")));
+    HandshakeOnlyArgs a;
+    a.qpn = static_cast<uint32_t>(
+        check_uint(cmd, "qpn", need(vm, cmd, "qpn", "--handshake-only: this side's QP number, such as 0x1234"), 2,
+                   kMaxQpn, true));
+    a.psn = static_cast<uint32_t>(
+        check_uint(cmd, "psn", need(vm, cmd, "psn", "--handshake-only: this side's starting PSN, such as 0x42"), 0,
+                   kMaxPsn, true));
+    if (auto g = opt(vm, "gid")) {
+        a.gid = check_gid(cmd, *g);
+        if (std::all_of(a.gid->begin(), a.gid->end(), [](uint8_t b) { return b == 0; }))
+            throw UsageError(c + ": --gid must not be the zero GID, got " + in_quotes(*g));
+    }
+    if (auto m = opt(vm, "mtu")) {
+        const auto n = parse_uint(*m, 0, UINT16_MAX);
+        if (!n || std::find(kRoceMtus.begin(), kRoceMtus.end(), *n) == kRoceMtus.end())
+            throw UsageError(c + ": --mtu must be 256, 512, 1024, 2048 or 4096, got " + in_quotes(*m));
+        a.mtu = static_cast<uint16_t>(*n);
+    }
+    return a;
+}
+
 EndpointOptions endpoint_options(const Invocation& inv, ProcessId pid, TransportChoice transport) {
     const GatewayOptions g = gateway_options(inv);
     EndpointOptions o;
@@ -649,10 +737,26 @@ EndpointOptions endpoint_options(const Invocation& inv, ProcessId pid, Transport
 
 // The verbs backend on the real libibverbs, choosing a GID on the subnet of the node's address.
 // Where no device exists, auto means tcp (said once on stderr) and rdma fails at stage transport.
-VerbsProvider verbs_provider(const EndpointOptions& o) {
+std::unique_ptr<RdmaProvider> verbs_provider(const EndpointOptions& o) {
     RdmaOptions r;
     r.local_ipv4 = o.bind_ipv4;
-    return VerbsProvider(real_verbs(), r);
+    return std::make_unique<VerbsProvider>(real_verbs(), r);
+}
+
+// The QP a handshake-only side reports: the given values, the GID defaulting to the node's address.
+RdmaQpParams handshake_only_qp(const HandshakeOnlyArgs& a, const EndpointOptions& o) {
+    RdmaQpParams q;
+    q.qpn = a.qpn;
+    q.psn = a.psn;
+    q.mtu = a.mtu;
+    q.gid = a.gid.value_or(ipv4_mapped_gid(o.bind_ipv4));
+    return q;
+}
+
+std::unique_ptr<RdmaProvider> rdma_provider(const EndpointOptions& o,
+                                            const std::optional<RdmaQpParams>& handshake_only) {
+    if (handshake_only) return std::make_unique<HandshakeOnlyProvider>(*handshake_only);
+    return verbs_provider(o);
 }
 
 bool stop_requested(int stop_fd) {
@@ -677,25 +781,69 @@ std::string verdict(const StreamResult& r) {
     return r.digest_ok ? "digest ok" : "digest MISMATCH (sent " + hex(r.peer_digest) + ", got " + hex(r.local_digest) + ")";
 }
 
+// One handshake-only connection: what its QP would be programmed with. `local`: our side's values.
+Json handshake_json(const Connection& c, const RdmaQpParams& local, bool initiator) {
+    const RdmaPath p = c.rdma_path().value_or(RdmaPath{});
+    Json j = Json::object();
+    j["conn_id"] = conn_id_text(c.conn_id());
+    j["initiator"] = format_process_id(initiator ? c.local_pid() : c.peer_pid());
+    j["target"] = format_process_id(initiator ? c.peer_pid() : c.local_pid());
+    j["transport"] = transport_name(c.transport());
+    j["local_qpn"] = local.qpn;
+    j["local_psn"] = p.sq_psn;
+    j["local_gid"] = gid_text(local.gid);
+    j["local_mtu"] = local.mtu;
+    j["peer_qpn"] = p.remote.qpn;
+    j["peer_psn"] = p.rq_psn;
+    j["peer_gid"] = gid_text(p.remote.gid);
+    j["peer_mtu"] = p.remote.mtu;
+    j["mtu"] = p.mtu;
+    return j;
+}
+
+// The same in one line: "peer qpn Q psn P gid G mtu M, local qpn ..., path mtu M".
+std::string handshake_text(const Connection& c, const RdmaQpParams& local) {
+    const RdmaPath p = c.rdma_path().value_or(RdmaPath{});
+    std::ostringstream s;
+    s << "handshake-only: peer qpn " << p.remote.qpn << " psn " << p.rq_psn << " gid " << gid_text(p.remote.gid)
+      << " mtu " << p.remote.mtu << ", local qpn " << local.qpn << " psn " << p.sq_psn << " gid " << gid_text(local.gid)
+      << " mtu " << local.mtu << ", path mtu " << p.mtu;
+    return s.str();
+}
+
 int run_listen(const Invocation& inv) {
     constexpr std::string_view cmd = "listen";
     const ProcessId pid = check_pid(cmd, "--pid", need(inv.vm, cmd, "pid", "this process's ID, such as 2.7.42"));
     const TransportChoice transport = check_choice(cmd, inv.vm);
+    const std::optional<HandshakeOnlyArgs> handshake_only = check_handshake_only(cmd, inv.vm, transport);
     EndpointOptions o = endpoint_options(inv, pid, transport);
     if (auto p = opt(inv.vm, "tcp-port")) o.tcp_port = static_cast<uint16_t>(check_uint(cmd, "tcp-port", *p, 0, 65535));
     uint64_t count = 0;
     if (auto c = opt(inv.vm, "count")) count = check_uint(cmd, "count", *c, 1, kMaxCount);
+    const bool json = inv.vm["json"].as<bool>();
 
-    VerbsProvider rdma = verbs_provider(o);
-    Endpoint ep(o, &rdma);
+    std::optional<RdmaQpParams> local;
+    if (handshake_only) local = handshake_only_qp(*handshake_only, o);
+    const std::unique_ptr<RdmaProvider> rdma = rdma_provider(o, local);
+    Endpoint ep(o, rdma.get());
     ConnectError err;
     if (!ep.listen(err)) {
         inv.err << kProg << ": listen " << format_process_id(pid) << ": stage " << conn_stage_name(err.stage) << ": "
                 << err.message << "\n";
         return 1;
     }
-    inv.out << "listening " << format_process_id(pid) << " epoch " << ep.epoch() << " tcp port " << ep.tcp_port()
-            << std::endl;
+    std::ostringstream ready;
+    ready << "listening " << format_process_id(pid) << " epoch " << ep.epoch();
+    if (local)
+        ready << " rdma handshake-only qpn " << local->qpn << " psn " << local->psn << " gid " << gid_text(local->gid)
+              << " mtu " << local->mtu;
+    else
+        ready << " tcp port " << ep.tcp_port();
+    // With --json, stdout holds only the connections' objects; readiness is still said, on stderr.
+    if (json)
+        inv.err << kProg << ": " << ready.str() << std::endl;
+    else
+        inv.out << ready.str() << std::endl;
     std::mutex out_mu;
     int bad = 0;
     std::vector<std::thread> readers;
@@ -703,13 +851,36 @@ int run_listen(const Invocation& inv) {
         std::unique_ptr<Connection> c = ep.accept(kStopCheck);
         if (!c) continue;
         ++accepted;
+        if (local) {  // nothing to read: the path is the whole outcome
+            std::lock_guard lock(out_mu);
+            if (json)
+                inv.out << handshake_json(*c, *local, false).dump() << std::endl;
+            else
+                inv.out << "conn " << conn_id_text(c->conn_id()) << " from " << format_process_id(c->peer_pid()) << " "
+                        << transport_name(c->transport()) << " " << handshake_text(*c, *local) << std::endl;
+            continue;
+        }
         readers.emplace_back([&, c = std::move(c)] {
             const StreamResult r = receive_digest_stream(*c);
             std::lock_guard lock(out_mu);
-            inv.out << "conn " << conn_id_text(c->conn_id()) << " from " << format_process_id(c->peer_pid()) << " "
-                    << transport_name(c->transport()) << " " << r.bytes << " bytes " << std::fixed
-                    << std::setprecision(3) << r.seconds << " s " << rate_text(r.bytes, r.seconds) << " "
-                    << verdict(r) << std::endl;
+            if (json) {
+                Json j = Json::object();
+                j["conn_id"] = conn_id_text(c->conn_id());
+                j["initiator"] = format_process_id(c->peer_pid());
+                j["target"] = format_process_id(c->local_pid());
+                j["transport"] = transport_name(c->transport());
+                j["bytes"] = r.bytes;
+                j["seconds"] = r.seconds;
+                j["mbit_s"] = r.seconds > 0 ? r.bytes * 8 / r.seconds / 1e6 : 0.0;
+                j["digest"] = !r.error.empty() ? "error" : r.digest_ok ? "ok" : "mismatch";
+                if (!r.error.empty()) j["error"] = r.error;
+                inv.out << j.dump() << std::endl;
+            } else {
+                inv.out << "conn " << conn_id_text(c->conn_id()) << " from " << format_process_id(c->peer_pid()) << " "
+                        << transport_name(c->transport()) << " " << r.bytes << " bytes " << std::fixed
+                        << std::setprecision(3) << r.seconds << " s " << rate_text(r.bytes, r.seconds) << " "
+                        << verdict(r) << std::endl;
+            }
             if (!r.ok()) ++bad;
         });
     }
@@ -724,9 +895,10 @@ struct ConnectOutcome {
     uint64_t conn_id = 0;
     double setup_us = 0;
     StreamResult stream;
+    std::unique_ptr<Connection> handshake_only;  // kept to print its path; no data moved
 };
 
-ConnectOutcome connect_once(Endpoint& ep, ProcessId to, uint64_t bytes, uint64_t seed) {
+ConnectOutcome connect_once(Endpoint& ep, ProcessId to, uint64_t bytes, uint64_t seed, bool handshake_only) {
     ConnectOutcome o;
     const auto t0 = Clock::now();
     ConnectError err;
@@ -738,9 +910,39 @@ ConnectOutcome connect_once(Endpoint& ep, ProcessId to, uint64_t bytes, uint64_t
     }
     o.transport = c->transport();
     o.conn_id = c->conn_id();
+    if (handshake_only) {
+        o.handshake_only = std::move(c);
+        return o;
+    }
     o.stream = send_digest_stream(*c, bytes, seed);
     if (!o.stream.error.empty()) o.error = ConnectError{ConnStage::data, o.stream.error};
     return o;
+}
+
+// --handshake-only: one line per connection (JSON Lines with --json), failures as in print_outcomes.
+void print_handshakes(const Invocation& inv, ProcessId to, const std::vector<ConnectOutcome>& all, bool json,
+                      const RdmaQpParams& local) {
+    for (const ConnectOutcome& o : all) {
+        if (o.error) {
+            inv.err << kProg << ": connect " << format_process_id(to) << ": stage " << conn_stage_name(o.error->stage)
+                    << ": " << o.error->message << "\n";
+            if (json)
+                inv.out << Json{{"target", format_process_id(to)}, {"stage", conn_stage_name(o.error->stage)},
+                                {"error", o.error->message}}.dump()
+                        << "\n";
+            continue;
+        }
+        const Connection& c = *o.handshake_only;
+        if (json) {
+            Json j = handshake_json(c, local, true);
+            j["setup_us"] = o.setup_us;
+            inv.out << j.dump() << "\n";
+            continue;
+        }
+        inv.out << "conn " << conn_id_text(o.conn_id) << " to " << format_process_id(to) << " "
+                << transport_name(o.transport) << " setup " << static_cast<uint64_t>(o.setup_us) << " us "
+                << handshake_text(c, local) << "\n";
+    }
 }
 
 void print_outcomes(const Invocation& inv, ProcessId to, const std::vector<ConnectOutcome>& all, bool json) {
@@ -774,32 +976,44 @@ int run_connect(const Invocation& inv) {
     constexpr std::string_view cmd = "connect";
     const ProcessId pid = check_pid(cmd, "--pid", need(inv.vm, cmd, "pid", "this process's ID, such as 1.7.42"));
     const ProcessId to = check_pid(cmd, "--to", need(inv.vm, cmd, "to", "the process to connect to, such as 2.7.42"));
-    const uint64_t bytes = check_uint(cmd, "bytes", need(inv.vm, cmd, "bytes", "how many bytes to send"), 0, kMaxBytes);
     const TransportChoice transport = check_choice(cmd, inv.vm);
+    const std::optional<HandshakeOnlyArgs> handshake_only = check_handshake_only(cmd, inv.vm, transport);
+    uint64_t bytes = 0;
+    if (!handshake_only)
+        bytes = check_uint(cmd, "bytes", need(inv.vm, cmd, "bytes", "how many bytes to send"), 0, kMaxBytes);
+    else if (opt(inv.vm, "bytes"))
+        throw UsageError("connect: --bytes is not for --handshake-only: it moves no data");
     uint64_t parallel = 1, repeat = 1;
     if (auto k = opt(inv.vm, "parallel")) parallel = check_uint(cmd, "parallel", *k, 1, kMaxParallel);
     if (auto n = opt(inv.vm, "repeat")) repeat = check_uint(cmd, "repeat", *n, 1, kMaxRepeat);
     const bool json = inv.vm["json"].as<bool>();
 
     const EndpointOptions o = endpoint_options(inv, pid, transport);
-    VerbsProvider rdma = verbs_provider(o);
-    Endpoint ep(o, &rdma);
+    std::optional<RdmaQpParams> local;
+    if (handshake_only) local = handshake_only_qp(*handshake_only, o);
+    const std::unique_ptr<RdmaProvider> rdma = rdma_provider(o, local);
+    Endpoint ep(o, rdma.get());
     std::vector<ConnectOutcome> all(parallel * repeat);
     std::vector<std::thread> threads;
     for (uint64_t i = 0; i < parallel; ++i)
         threads.emplace_back([&, i] {
             for (uint64_t r = 0; r < repeat; ++r)
-                all[i * repeat + r] = connect_once(ep, to, bytes, random_epoch() + i * repeat + r);
+                all[i * repeat + r] = connect_once(ep, to, bytes, random_epoch() + i * repeat + r, local.has_value());
         });
     for (std::thread& t : threads) t.join();
-    print_outcomes(inv, to, all, json);
+    if (local)
+        print_handshakes(inv, to, all, json, *local);
+    else
+        print_outcomes(inv, to, all, json);
     inv.out.flush();
     // --hold: the process (and what the gateways set up for it) stays until told to go.
     if (inv.vm["hold"].as<bool>())
         while (!stop_before(inv.stop_fd, Clock::now() + std::chrono::hours(1))) {
         }
     ep.stop();
-    const bool ok = std::all_of(all.begin(), all.end(), [](const ConnectOutcome& o) { return !o.error && o.stream.ok(); });
+    const bool ok = std::all_of(all.begin(), all.end(), [&](const ConnectOutcome& c) {
+        return !c.error && (local || c.stream.ok());
+    });
     return ok ? 0 : 1;
 }
 

@@ -1,6 +1,7 @@
 // Endpoints end to end on 127.0.0.1: two (or more) compute processes register with a fake gateway
 // that answers registration and resolution and relays REQ/REP/RTU between their control sockets,
-// dropping the first N of a kind when asked. Plus fedgate-node listen/connect on the same fake.
+// dropping the first N of a kind when asked. Plus fedgate-node listen/connect on the same fake, with
+// and without --handshake-only (the RDMA handshake with no device).
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -19,6 +20,8 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -29,6 +32,7 @@
 #include "dataplane/conn_wire.hpp"
 #include "drivers/digest_stream.hpp"
 #include "drivers/endpoint.hpp"
+#include "drivers/handshake_only.hpp"
 #include "drivers/verbs_provider.hpp"
 #include "tests/support/fake_verbs.hpp"
 #include "drivers/tcp_backend.hpp"
@@ -104,6 +108,12 @@ public:
     bool registered(ProcessId pid) {
         std::lock_guard lock(mu_);
         return procs_.count(pid.value) != 0;
+    }
+    std::optional<DmaAddress> record_of(ProcessId pid) {
+        std::lock_guard lock(mu_);
+        const auto it = procs_.find(pid.value);
+        if (it == procs_.end()) return std::nullopt;
+        return it->second.record;
     }
 
 private:
@@ -278,11 +288,20 @@ private:
     std::optional<ConnStage> fail_at_;
 };
 
+std::array<uint8_t, 16> gid_of(const char* text) {
+    std::array<uint8_t, 16> gid{};
+    EXPECT_EQ(::inet_pton(AF_INET6, text, gid.data()), 1) << text;
+    return gid;
+}
+
+constexpr uint32_t kFakeDeviceQpn = 0xabc;
+
 class FakeRdma : public RdmaProvider {
 public:
     FakeRdma(FakeFabric& f, uint16_t mtu, std::optional<ConnStage> fail_at = std::nullopt)
         : fabric_(f), mtu_(mtu), fail_at_(fail_at) {}
     bool open(std::string&) override { return true; }
+    RdmaDeviceParams device_params() const override { return {gid_of("::ffff:198.18.0.9"), kFakeDeviceQpn, mtu_}; }
     std::unique_ptr<PreparedQp> prepare(std::string&) override {
         std::lock_guard lock(mu_);
         RdmaQpParams q;
@@ -627,6 +646,155 @@ TEST(EndpointTransport, TcpOnlyTargetAndRdmaOnlyInitiatorFailAtStageTransport) {
     EXPECT_TRUE(err.message.starts_with("transport_mismatch")) << err.message;
 }
 
+// ---- the registered record -------------------------------------------------------------------
+
+TEST(EndpointRecord, RdmaRegistersTheProvidersGidQpnAndMtu) {
+    RelayGateway gw;
+    FakeFabric fabric;
+    FakeRdma rdma(fabric, 2048);
+    Endpoint a(options(gw, kA, TransportChoice::automatic), &rdma);
+    const auto rec = gw.record_of(kA);
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->transport, Transport::roce_v2);
+    EXPECT_EQ(rec->gid, gid_of("::ffff:198.18.0.9"));
+    EXPECT_EQ(rec->qpn, kFakeDeviceQpn);
+    EXPECT_EQ(rec->mtu, 2048);
+    EXPECT_EQ(rec->ipv4, kLoopback);
+    EXPECT_NE(rec->port, 0) << "auto also offers tcp";
+}
+
+TEST(EndpointRecord, TcpRegistersNoRdmaValuesEvenWithAProvider) {
+    RelayGateway gw;
+    FakeFabric fabric;
+    FakeRdma rdma(fabric, 2048);
+    Endpoint a(options(gw, kA, TransportChoice::tcp), &rdma);
+    const auto rec = gw.record_of(kA);
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->transport, Transport::tcp);
+    EXPECT_EQ(rec->gid, (std::array<uint8_t, 16>{}));
+    EXPECT_EQ(rec->qpn, 0u);
+    EXPECT_EQ(rec->mtu, 0);
+    EXPECT_EQ(rec->port, a.tcp_port());
+}
+
+// The verbs provider registers the GID it chose, the port's active MTU and the QPN of the QP its
+// first connection then uses: the record and the connection agree.
+TEST(EndpointRecord, VerbsRecordCarriesTheQpTheFirstConnectionUses) {
+    RelayGateway gw;
+    fedgate::testing::FakeVerbs verbs({fedgate::testing::default_fake_device()});
+    VerbsProvider rdma_a(verbs, RdmaOptions{}), rdma_b(verbs, RdmaOptions{});
+    Endpoint a(options(gw, kA, TransportChoice::rdma), &rdma_a);
+    Endpoint b(options(gw, kB, TransportChoice::rdma), &rdma_b);
+    const auto rec_a = gw.record_of(kA), rec_b = gw.record_of(kB);
+    ASSERT_TRUE(rec_a && rec_b);
+    EXPECT_EQ(rec_a->transport, Transport::roce_v2);
+    EXPECT_EQ(rec_a->gid, gid_of("::ffff:198.18.0.1")) << "the default fake device's RoCE v2 GID";
+    EXPECT_EQ(rec_a->mtu, 1024) << "the fake port's active MTU";
+    EXPECT_EQ(rdma_a.device_params(), (RdmaDeviceParams{rec_a->gid, rec_a->qpn, rec_a->mtu}));
+    EXPECT_NE(rec_a->qpn, rec_b->qpn);
+    EXPECT_EQ(verbs.qp_state(rec_a->qpn), IBV_QPS_INIT) << "open() prepared it";
+
+    ConnectError err;
+    ASSERT_TRUE(b.listen(err));
+    auto out = a.connect(kB, err);
+    ASSERT_NE(out, nullptr) << conn_stage_name(err.stage) << ": " << err.message;
+    auto in = b.accept(kWaitLimit);
+    ASSERT_NE(in, nullptr);
+    ASSERT_TRUE(out->rdma_path() && in->rdma_path());
+    EXPECT_EQ(out->rdma_path()->remote.qpn, rec_b->qpn);
+    EXPECT_EQ(in->rdma_path()->remote.qpn, rec_a->qpn);
+    EXPECT_EQ(out->rdma_path()->remote.gid, rec_b->gid);
+    EXPECT_EQ(out->rdma_path()->mtu, 1024);
+    EXPECT_EQ(verbs.qp_state(rec_a->qpn), IBV_QPS_RTS);
+    EXPECT_EQ(verbs.qp_state(rec_b->qpn), IBV_QPS_RTS);
+    expect_stream(*out, *in, 1 << 16);
+}
+
+// ---- handshake-only --------------------------------------------------------------------------
+
+RdmaQpParams qp_values(uint32_t qpn, uint32_t psn, uint16_t mtu, const char* gid) {
+    RdmaQpParams q;
+    q.qpn = qpn;
+    q.psn = psn;
+    q.mtu = mtu;
+    q.gid = gid_of(gid);
+    return q;
+}
+
+TEST(HandshakeOnly, BothSidesGetEachOthersQpnPsnGidAndTheLowerMtu) {
+    RelayGateway gw;
+    const RdmaQpParams qa = qp_values(0x1234, 0x42, 4096, "::ffff:198.18.1.20");
+    const RdmaQpParams qb = qp_values(0x5678, 0x99, 1024, "::ffff:198.18.2.10");
+    HandshakeOnlyProvider rdma_a(qa), rdma_b(qb);
+    Endpoint a(options(gw, kA, TransportChoice::rdma), &rdma_a);
+    Endpoint b(options(gw, kB, TransportChoice::rdma), &rdma_b);
+    ASSERT_TRUE(a.rdma_available());
+    ConnectError err;
+    ASSERT_TRUE(b.listen(err));
+    auto out = a.connect(kB, err);
+    ASSERT_NE(out, nullptr) << conn_stage_name(err.stage) << ": " << err.message;
+    auto in = b.accept(kWaitLimit);
+    ASSERT_NE(in, nullptr);
+    EXPECT_EQ(out->transport(), Transport::roce_v2);
+    EXPECT_EQ(in->conn_id(), out->conn_id());
+    EXPECT_EQ(in->peer_pid(), kA);
+    EXPECT_EQ(out->rdma_path(), (RdmaPath{qb, 0x99, 0x42, 1024}));
+    EXPECT_EQ(in->rdma_path(), (RdmaPath{qa, 0x42, 0x99, 1024}));
+    EXPECT_EQ(dynamic_cast<const HandshakeOnlyConnection&>(*in).local(), qb);
+}
+
+TEST(HandshakeOnly, TheRecordCarriesTheGivenQpnGidAndMtu) {
+    RelayGateway gw;
+    HandshakeOnlyProvider rdma(qp_values(0x1234, 0x42, 2048, "fe80::7"));
+    Endpoint a(options(gw, kA, TransportChoice::rdma), &rdma);
+    const auto rec = gw.record_of(kA);
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->transport, Transport::roce_v2);
+    EXPECT_EQ(rec->qpn, 0x1234u);
+    EXPECT_EQ(rec->gid, gid_of("fe80::7"));
+    EXPECT_EQ(rec->mtu, 2048);
+    EXPECT_EQ(rec->port, 0) << "rdma only: no tcp port";
+}
+
+TEST(HandshakeOnly, DataCallsFailSayingThereIsNoDataPath) {
+    const RdmaQpParams q = qp_values(0x1234, 0x42, 1024, "::ffff:198.18.1.20");
+    HandshakeOnlyConnection c(q, RdmaPath{q, 1, 2, 1024}, 7, kA, kB);
+    const Bytes data(4);
+    Bytes buf(4);
+    const std::vector<std::function<void()>> calls = {
+        [&] { c.send_all(data); }, [&] { (void)c.recv_some(buf); }, [&] { c.shutdown_send(); }};
+    for (const auto& call : calls) {
+        try {
+            call();
+            ADD_FAILURE() << "a handshake-only data call returned";
+        } catch (const ConnectionError& e) {
+            EXPECT_STREQ(e.what(), "handshake-only: no data path");
+        }
+    }
+    EXPECT_EQ(std::unique_ptr<Connection>(std::make_unique<TcpConnection>(-1, 1, kA, kB))->rdma_path(), std::nullopt)
+        << "tcp has no RDMA path";
+}
+
+TEST(HandshakeOnly, OpenRefusesValuesNoQpCouldHave) {
+    const std::pair<RdmaQpParams, std::string> cases[] = {
+        {qp_values(1, 0, 1024, "::1"), "handshake-only: QP number 1 is not in 2..16777215"},
+        {qp_values(0x1000000, 0, 1024, "::1"), "handshake-only: QP number 16777216 is not in 2..16777215"},
+        {qp_values(2, 0x1000000, 1024, "::1"), "handshake-only: PSN 16777216 is over 24 bits"},
+        {qp_values(2, 0, 1500, "::1"),
+         "handshake-only: MTU 1500 is not an RDMA path MTU (256, 512, 1024, 2048, 4096)"},
+        {qp_values(2, 0, 1024, "::"), "handshake-only: the GID is zero"},
+    };
+    for (const auto& [q, message] : cases) {
+        HandshakeOnlyProvider p(q);
+        std::string error;
+        EXPECT_FALSE(p.open(error)) << message;
+        EXPECT_EQ(error, message);
+    }
+    HandshakeOnlyProvider fine(qp_values(0xffffff, 0xffffff, 256, "::1"));
+    std::string error;
+    EXPECT_TRUE(fine.open(error)) << error;
+}
+
 // ---- fedgate-node listen / connect -----------------------------------------------------------
 
 struct CliResult {
@@ -693,7 +861,10 @@ TEST_F(NodeCliArgs, HelpListsListenAndConnect) {
     EXPECT_NE(r.out.find("\n  listen "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("\n  connect "), std::string::npos);
     const CliResult c = node_cli({"help", "connect"});
-    EXPECT_NE(first_line(c.out).find("connect --pid ID --to ID --bytes N"), std::string::npos) << c.out;
+    EXPECT_NE(first_line(c.out).find("connect --pid ID --to ID (--bytes N | --handshake-only --qpn N --psn N "
+                                     "[--gid GID] [--mtu N])"),
+              std::string::npos)
+        << c.out;
 }
 
 TEST(NodeCli, ConnectToAnUnknownProcessNamesTheStage) {
@@ -760,6 +931,277 @@ TEST(NodeCli, ListenAndConnectMoveBytesAndBothSeeTheDigestsMatch) {
     EXPECT_EQ(std::count(l.out.begin(), l.out.end(), '\n'), 3) << l.out;  // "listening ..." + 2 connections
     EXPECT_NE(l.out.find("from 1.7.42 tcp 1000003 bytes"), std::string::npos) << l.out;
     EXPECT_NE(l.out.find("digest ok"), std::string::npos);
+}
+
+// ---- fedgate-node --handshake-only ---------------------------------------------------------------
+
+TEST_F(NodeCliArgs, HandshakeOnlyBadValuesExitTwoNamingTheOptionAndValue) {
+    const std::vector<std::string> listen = {"--gateway", "127.0.0.1:1", "--bind", "127.0.0.1",
+                                             "listen",    "--pid",       "1.8.43"};
+    const std::vector<std::string> connect = {"--gateway", "127.0.0.1:1", "--bind", "127.0.0.1", "connect",
+                                              "--pid",     "1.7.42",      "--to",   "1.8.43"};
+    const std::vector<std::string> ok = {"--transport", "rdma", "--handshake-only", "--qpn", "0x5678", "--psn", "0x99"};
+    const std::string qpn_range = "must be an integer 2..16777215 (decimal, or 0x and hex digits), got ";
+    const std::string psn_range = "must be an integer 0..16777215 (decimal, or 0x and hex digits), got ";
+    struct Case {
+        std::vector<std::string> head, tail;
+        std::string message;
+    };
+    const Case cases[] = {
+        {listen, {"--handshake-only", "--qpn", "2", "--psn", "0"},
+         "listen: --handshake-only needs --transport rdma, got no --transport (auto)"},
+        {listen, {"--transport", "tcp", "--handshake-only", "--qpn", "2", "--psn", "0"},
+         "listen: --handshake-only needs --transport rdma, got --transport tcp"},
+        {listen, {"--transport", "rdma", "--handshake-only", "--psn", "0"},
+         "listen: missing --qpn (--handshake-only: this side's QP number, such as 0x1234)"},
+        {listen, {"--transport", "rdma", "--handshake-only", "--qpn", "2"},
+         "listen: missing --psn (--handshake-only: this side's starting PSN, such as 0x42)"},
+        {listen, {"--transport", "rdma", "--handshake-only", "--qpn", "1", "--psn", "0"},
+         "listen: --qpn " + qpn_range + "'1'"},
+        {listen, {"--transport", "rdma", "--handshake-only", "--qpn", "0x1000000", "--psn", "0"},
+         "listen: --qpn " + qpn_range + "'0x1000000'"},
+        {listen, {"--transport", "rdma", "--handshake-only", "--qpn", "2", "--psn", "16777216"},
+         "listen: --psn " + psn_range + "'16777216'"},
+        {listen, {"--gid", "198.18.1.20"},
+         "listen: --gid must be a GID in IPv6 form such as fe80::1 or ::ffff:198.18.1.20, got '198.18.1.20'"},
+        {listen, {"--gid", "::"}, "listen: --gid must not be the zero GID, got '::'"},
+        {listen, {"--mtu", "1500"}, "listen: --mtu must be 256, 512, 1024, 2048 or 4096, got '1500'"},
+        {listen, {"--transport", "rdma", "--qpn", "0x10"},
+         "listen: --qpn is only for --handshake-only (with a device, the device gives the QP its values)"},
+        {connect, {"--bytes", "10"}, "connect: --bytes is not for --handshake-only: it moves no data"},
+        {connect, {"--transport", "rdma", "--handshake-only", "--qpn", "2", "--psn", "-1"},
+         "connect: --psn " + psn_range + "'-1'"},
+        {connect, {"--mtu", "4097"}, "connect: --mtu must be 256, 512, 1024, 2048 or 4096, got '4097'"},
+    };
+    for (const Case& c : cases) {
+        std::vector<std::string> args = c.head;
+        // Cases that start with an option of `ok` replace it; the others add to a good command line.
+        const bool whole = !c.tail.empty() && (c.tail[0] == "--handshake-only" || c.tail[0] == "--transport");
+        if (!whole) args.insert(args.end(), ok.begin(), ok.end());
+        args.insert(args.end(), c.tail.begin(), c.tail.end());
+        const CliResult r = node_cli(args);
+        EXPECT_EQ(r.status, 2) << c.message;
+        EXPECT_EQ(first_line(r.err), "fedgate-node: " + c.message);
+        EXPECT_NE(r.err.find("usage: fedgate-node"), std::string::npos) << r.err;
+        EXPECT_EQ(r.out, "");
+    }
+}
+
+TEST_F(NodeCliArgs, HelpTeachesHandshakeOnly) {
+    const CliResult listen = node_cli({"listen", "--help"});
+    EXPECT_EQ(listen.status, 0);
+    EXPECT_NE(first_line(listen.out).find("[--json] [--handshake-only --qpn N --psn N [--gid GID] [--mtu N]]"),
+              std::string::npos)
+        << listen.out;
+    for (const char* want : {"--handshake-only ", "--qpn N ", "--psn N ", "--gid GID ", "--mtu N ", "--json ",
+                             "256|512|1024|2048|4096 (default 1024)", "peer_qpn, peer_psn, peer_gid", "mtu (connect",
+                             "listen --pid 2.7.42 --transport rdma --handshake-only --qpn 0x5678 --psn 0x99 --json"})
+        EXPECT_NE(listen.out.find(want), std::string::npos) << want;
+    const CliResult all = node_cli({"--help"});
+    EXPECT_EQ(all.status, 0);
+    EXPECT_NE(all.out.find("connect --pid 1.7.42 --to 2.7.42 --transport rdma --handshake-only --qpn 0x1234 --psn "
+                           "0x42 --mtu 4096 --json"),
+              std::string::npos)
+        << all.out;
+}
+
+// connect resolves the listener, so that must be registered first (wait for it on the gateway); its
+// listen() follows at once, and a REQ that beats it is refused not_listening: try again.
+CliResult connect_when_listening(const std::vector<std::string>& args) {
+    CliResult c;
+    for (int i = 0; i < 50; ++i) {
+        c = node_cli(args);
+        if (c.err.find("not_listening") == std::string::npos) break;
+    }
+    return c;
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+    std::vector<std::string> out;
+    std::istringstream in(s);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+}
+
+const ProcessId kListener = ProcessId::make(1, 8, 43);
+
+std::vector<std::string> handshake_listen(const RelayGateway& gw, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--gateway", gw.address(), "--bind", "127.0.0.1", "listen", "--pid", "1.8.43",
+                                     "--transport", "rdma", "--handshake-only", "--qpn", "0x5678", "--psn", "0x99"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+}
+
+std::vector<std::string> handshake_connect(const RelayGateway& gw, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--gateway", gw.address(), "--bind", "127.0.0.1", "connect", "--pid", "1.7.42",
+                                     "--to", "1.8.43", "--transport", "rdma", "--handshake-only", "--qpn", "0x1234",
+                                     "--psn", "0x42", "--gid", "::ffff:198.18.1.20", "--mtu", "4096"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+}
+
+// The listener's object: the connector's QP (its --gid given, MTU 4096) as the listener's default GID
+// (::ffff: of --bind) and MTU (1024) meet it.
+nlohmann::ordered_json listener_sees(const std::string& conn_id) {
+    return {{"conn_id", conn_id},
+            {"initiator", "1.7.42"},
+            {"target", "1.8.43"},
+            {"transport", "roce_v2"},
+            {"local_qpn", 0x5678},
+            {"local_psn", 0x99},
+            {"local_gid", "::ffff:127.0.0.1"},
+            {"local_mtu", 1024},
+            {"peer_qpn", 0x1234},
+            {"peer_psn", 0x42},
+            {"peer_gid", "::ffff:198.18.1.20"},
+            {"peer_mtu", 4096},
+            {"mtu", 1024}};
+}
+
+nlohmann::ordered_json connector_sees(const std::string& conn_id) {
+    return {{"conn_id", conn_id},
+            {"initiator", "1.7.42"},
+            {"target", "1.8.43"},
+            {"transport", "roce_v2"},
+            {"local_qpn", 0x1234},
+            {"local_psn", 0x42},
+            {"local_gid", "::ffff:198.18.1.20"},
+            {"local_mtu", 4096},
+            {"peer_qpn", 0x5678},
+            {"peer_psn", 0x99},
+            {"peer_gid", "::ffff:127.0.0.1"},
+            {"peer_mtu", 1024},
+            {"mtu", 1024}};
+}
+
+const std::regex kConnId("0x[0-9a-f]{16}");
+
+TEST(NodeCliHandshakeOnly, ListenAndConnectPrintEachOthersQpAsJsonLines) {
+    RelayGateway gw;
+    auto listener =
+        std::async(std::launch::async, [&] { return node_cli(handshake_listen(gw, {"--count", "1", "--json"})); });
+    ASSERT_TRUE(gw.wait_seen(MsgType::reg, 1));
+    const CliResult c = connect_when_listening(handshake_connect(gw, {"--json"}));
+    const CliResult l = listener.get();
+    ASSERT_EQ(c.status, 0) << c.err;
+    ASSERT_EQ(l.status, 0) << l.err;
+    EXPECT_EQ(c.err, "");
+    EXPECT_TRUE(std::regex_match(l.err, std::regex("fedgate-node: listening 1\\.8\\.43 epoch [0-9]+ rdma "
+                                                   "handshake-only qpn 22136 psn 153 gid ::ffff:127\\.0\\.0\\.1 "
+                                                   "mtu 1024\n")))
+        << l.err;
+
+    const auto c_lines = lines_of(c.out), l_lines = lines_of(l.out);
+    ASSERT_EQ(c_lines.size(), 1u) << c.out;
+    ASSERT_EQ(l_lines.size(), 1u) << "one JSON object per line, nothing else on stdout: " << l.out;
+    auto mine = nlohmann::ordered_json::parse(c_lines[0]);
+    const auto theirs = nlohmann::ordered_json::parse(l_lines[0]);
+    const std::string conn_id = theirs.value("conn_id", "");
+    EXPECT_TRUE(std::regex_match(conn_id, kConnId)) << conn_id;
+    EXPECT_EQ(theirs, listener_sees(conn_id));
+    ASSERT_TRUE(mine.contains("setup_us"));
+    EXPECT_GT(mine["setup_us"].get<double>(), 0);
+    mine.erase("setup_us");
+    EXPECT_EQ(mine, connector_sees(conn_id)) << "the same conn_id on both sides";
+    EXPECT_FALSE(gw.registered(kListener)) << "--count reached: deregistered";
+}
+
+TEST(NodeCliHandshakeOnly, WithoutJsonEachSidePrintsOneReadableLine) {
+    RelayGateway gw;
+    auto listener = std::async(std::launch::async, [&] { return node_cli(handshake_listen(gw, {"--count", "1"})); });
+    ASSERT_TRUE(gw.wait_seen(MsgType::reg, 1));
+    const CliResult c = connect_when_listening(handshake_connect(gw, {}));
+    const CliResult l = listener.get();
+    ASSERT_EQ(c.status, 0) << c.err;
+    ASSERT_EQ(l.status, 0) << l.err;
+    std::smatch lm, cm;
+    ASSERT_TRUE(std::regex_match(
+        l.out, lm,
+        std::regex("listening 1\\.8\\.43 epoch [0-9]+ rdma handshake-only qpn 22136 psn 153 gid ::ffff:127\\.0\\.0\\.1 "
+                   "mtu 1024\n"
+                   "conn (0x[0-9a-f]{16}) from 1\\.7\\.42 roce_v2 handshake-only: peer qpn 4660 psn 66 gid "
+                   "::ffff:198\\.18\\.1\\.20 mtu 4096, local qpn 22136 psn 153 gid ::ffff:127\\.0\\.0\\.1 mtu 1024, "
+                   "path mtu 1024\n")))
+        << l.out;
+    ASSERT_TRUE(std::regex_match(
+        c.out, cm,
+        std::regex("conn (0x[0-9a-f]{16}) to 1\\.8\\.43 roce_v2 setup [0-9]+ us handshake-only: peer qpn 22136 psn 153 "
+                   "gid ::ffff:127\\.0\\.0\\.1 mtu 1024, local qpn 4660 psn 66 gid ::ffff:198\\.18\\.1\\.20 mtu 4096, "
+                   "path mtu 1024\n")))
+        << c.out;
+    EXPECT_EQ(lm[1], cm[1]) << "the same conn_id";
+}
+
+// Without --count the listener keeps accepting; SIGINT/SIGTERM (here the stop pipe) ends it with
+// exit 0, after it has deregistered.
+TEST(NodeCliHandshakeOnly, ListenerKeepsListeningUntilStoppedThenExitsZeroAndDeregisters) {
+    RelayGateway gw;
+    int stop[2];
+    ASSERT_EQ(::pipe2(stop, O_CLOEXEC), 0);
+    auto listener = std::async(std::launch::async, [&] { return node_cli(handshake_listen(gw, {"--json"}), stop[0]); });
+    ASSERT_TRUE(gw.wait_seen(MsgType::reg, 1));
+    const CliResult first = connect_when_listening(handshake_connect(gw, {"--json"}));
+    const CliResult more = node_cli(handshake_connect(gw, {"--json", "--parallel", "2"}));
+    EXPECT_TRUE(gw.registered(kListener)) << "still listening after three connections";
+    (void)!::write(stop[1], "x", 1);
+    const CliResult l = listener.get();
+    ::close(stop[0]);
+    ::close(stop[1]);
+    ASSERT_EQ(first.status, 0) << first.err;
+    ASSERT_EQ(more.status, 0) << more.err;
+    EXPECT_EQ(l.status, 0) << l.err;
+    EXPECT_FALSE(gw.registered(kListener));
+
+    std::vector<std::string> connector_lines = lines_of(first.out);
+    for (const std::string& line : lines_of(more.out)) connector_lines.push_back(line);
+    const auto listener_lines = lines_of(l.out);
+    ASSERT_EQ(connector_lines.size(), 3u) << first.out << more.out;
+    ASSERT_EQ(listener_lines.size(), 3u) << l.out;
+    std::set<std::string> ids;
+    for (const std::string& line : listener_lines) {
+        const auto j = nlohmann::ordered_json::parse(line);
+        const std::string id = j.value("conn_id", "");
+        EXPECT_EQ(j, listener_sees(id));
+        ids.insert(id);
+    }
+    for (const std::string& line : connector_lines) {
+        auto j = nlohmann::ordered_json::parse(line);
+        const std::string id = j.value("conn_id", "");
+        j.erase("setup_us");
+        EXPECT_EQ(j, connector_sees(id));
+        EXPECT_EQ(ids.count(id), 1u) << id << " was not accepted";
+    }
+    EXPECT_EQ(ids.size(), 3u) << "three connections, three IDs";
+}
+
+TEST(NodeCli, ListenJsonPrintsOneObjectPerConnectionAndTheListeningLineOnStderr) {
+    RelayGateway gw;
+    auto listener = std::async(std::launch::async, [&] {
+        return node_cli({"--gateway", gw.address(), "--bind", "127.0.0.1", "listen", "--pid", "1.8.43", "--transport",
+                         "tcp", "--count", "1", "--json"});
+    });
+    ASSERT_TRUE(gw.wait_seen(MsgType::reg, 1));
+    const CliResult c = connect_when_listening({"--gateway", gw.address(), "--bind", "127.0.0.1", "connect", "--pid",
+                                                "1.7.42", "--to", "1.8.43", "--bytes", "1000", "--transport", "tcp"});
+    const CliResult l = listener.get();
+    ASSERT_EQ(c.status, 0) << c.err;
+    ASSERT_EQ(l.status, 0) << l.err;
+    EXPECT_TRUE(
+        std::regex_match(l.err, std::regex("fedgate-node: listening 1\\.8\\.43 epoch [0-9]+ tcp port [0-9]+\n")))
+        << l.err;
+    const auto lines = lines_of(l.out);
+    ASSERT_EQ(lines.size(), 1u) << l.out;
+    const auto j = nlohmann::ordered_json::parse(lines[0]);
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : j.items()) keys.push_back(k);
+    EXPECT_EQ(keys, (std::vector<std::string>{"conn_id", "initiator", "target", "transport", "bytes", "seconds",
+                                              "mbit_s", "digest"}));
+    EXPECT_TRUE(std::regex_match(j["conn_id"].get<std::string>(), kConnId));
+    EXPECT_EQ(j["initiator"], "1.7.42");
+    EXPECT_EQ(j["target"], "1.8.43");
+    EXPECT_EQ(j["transport"], "tcp");
+    EXPECT_EQ(j["bytes"], 1000);
+    EXPECT_EQ(j["digest"], "ok");
 }
 
 }  // namespace
