@@ -11,7 +11,7 @@ PKGS=(
   libboost-program-options-dev libtomlplusplus-dev nlohmann-json3-dev libssl-dev
   libpcap-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   # test topology and traffic
-  iproute2 iputils-ping ethtool procps python3 python3-grpcio iperf3 curl nftables tshark
+  iproute2 iputils-ping ethtool procps python3 python3-grpcio python3-scapy iperf3 curl nftables tshark
   # the service and man pages: systemd-analyze verify, groff and man to render them
   systemd groff-base man-db
 )
