@@ -127,6 +127,7 @@ bool RoceTranslations::install(const RoceConn& c, uint64_t now_ms) {
         RoceEntry& e = side->entries[slot];
         e.packets.reset();
         e.bytes.reset();
+        e.memo_tail = UINT32_MAX;
         side->state[slot] = Slot::installed;
         e.key.store(vqpn, std::memory_order_release);  // last: the lcore sees a whole entry
     }

@@ -32,8 +32,8 @@ struct IcrcTables {
 #if defined(__x86_64__)
         clmul = __builtin_cpu_supports("pclmul");
 #endif
-        // rte_net_crc starts on its scalar handlers; the SIMD one where the CPU has it.
-        rte_net_crc_set_alg(RTE_NET_CRC_SSE42);
+        // rte_net_crc stays on its default (scalar) handlers: choosing SIMD ones needs the EAL's
+        // SIMD setting, which is not there before main, and only control threads compute in full.
     }
     uint32_t times_x8(uint32_t r) const { return (r >> 8) ^ byte[r & 0xff]; }
 };

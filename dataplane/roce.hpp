@@ -99,6 +99,9 @@ struct alignas(64) RoceEntry {
     uint16_t ip_csum_delta = 0;               // folded: the address change
     uint16_t udp_csum_delta = 0;              // folded: addresses (pseudo-header) and DestQP
     Counter packets, bytes;                   // IPv4 bytes
+    // The lcore's own memo of the last ICRC shift: a connection's packets come in few lengths (full
+    // MTU, ACKs), so most packets skip the multiplication. Reset before the key is published.
+    uint32_t memo_tail = UINT32_MAX, memo_xor = 0;
 };
 
 // The two sides' tables, `size` slots each (a power of two): a virtual QPN's low bits are its slot.
@@ -121,11 +124,14 @@ void roce_prepare(RoceEntry& e, uint32_t old_src, uint32_t old_dst, uint32_t old
 // length, between kRoceIpv4Overhead and kRoceIpv4Overhead + kIcrcMaxTail) from e's old values to
 // its new ones, TTL decremented (the caller checked it is above 1). DSCP/ECN and everything else
 // stay; the header checksum, a non-zero UDP checksum and the ICRC are updated from the deltas.
-inline void roce_rewrite(uint8_t* ip, uint32_t ip_len, const RoceEntry& e) {
+inline void roce_rewrite(uint8_t* ip, uint32_t ip_len, RoceEntry& e) {
+    // The TTL word before and after, built in registers (reading it back after the byte store
+    // would stall on store forwarding).
+    const uint8_t ttl_bytes[2] = {ip[8], ip[9]}, dec_bytes[2] = {static_cast<uint8_t>(ip[8] - 1), ip[9]};
     uint16_t ttl_old, ttl_new, csum;
-    std::memcpy(&ttl_old, ip + 8, 2);
-    ip[8] = static_cast<uint8_t>(ip[8] - 1);
-    std::memcpy(&ttl_new, ip + 8, 2);
+    std::memcpy(&ttl_old, ttl_bytes, 2);
+    std::memcpy(&ttl_new, dec_bytes, 2);
+    ip[8] = dec_bytes[0];
     std::memcpy(&csum, ip + 10, 2);
     csum = checksum_add(checksum_adjust(csum, ttl_old, ttl_new), e.ip_csum_delta);
     std::memcpy(ip + 10, &csum, 2);
@@ -135,7 +141,12 @@ inline void roce_rewrite(uint8_t* ip, uint32_t ip_len, const RoceEntry& e) {
     set_bth_dqpn(udp + 8, e.new_dqpn);
     uint8_t* icrc = ip + ip_len - kIcrcLen;
     const uint32_t old_icrc = icrc_load(icrc);
-    const uint32_t new_icrc = old_icrc ^ icrc_shift(e.icrc_delta, ip_len - kRoceIpv4Overhead);
+    const uint32_t tail = ip_len - kRoceIpv4Overhead;
+    if (tail != e.memo_tail) {
+        e.memo_xor = icrc_shift(e.icrc_delta, tail);
+        e.memo_tail = tail;
+    }
+    const uint32_t new_icrc = old_icrc ^ e.memo_xor;
     icrc_store(icrc, new_icrc);
     uint16_t ucsum;
     std::memcpy(&ucsum, udp + 6, 2);

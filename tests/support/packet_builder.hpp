@@ -113,7 +113,7 @@ public:
     }
     PacketBuilder& payload(const std::vector<uint8_t>& bytes) {
         push(Kind::raw, bytes.size());
-        std::memcpy(&buf_[at()], bytes.data(), bytes.size());
+        if (!bytes.empty()) std::memcpy(buf_.data() + at(), bytes.data(), bytes.size());
         return *this;
     }
     PacketBuilder& payload(std::size_t n, uint8_t first = 0) {

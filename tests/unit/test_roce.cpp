@@ -150,6 +150,20 @@ TEST(Icrc, IncrementalUpdateEqualsFullRecomputationForEveryLengthClass) {
     }
 }
 
+TEST(Icrc, OneEntryStaysRightAcrossChangingLengths) {
+    // The entry remembers the last length's shift: a new length must not reuse it.
+    std::mt19937 rng(9);
+    const uint32_t old_src = be("198.18.0.10"), old_dst = be("198.18.0.1");
+    RoceEntry e;
+    e.new_src = be("198.19.0.1"), e.new_dst = be("198.19.0.2"), e.new_dqpn = 0x777;
+    roce_prepare(e, old_src, old_dst, 0x4000);
+    for (std::size_t n : {64, 64, 1024, 4, 4, 1024, 0, 64}) {
+        auto f = random_packet(rng, n, old_src, old_dst, 0x4000, false);
+        roce_rewrite(&f[kEth], ip_len_of(f), e);
+        ASSERT_EQ(wire_icrc(f), full_icrc(f)) << "payload " << n;
+    }
+}
+
 TEST(Icrc, ACorruptPacketStaysCorruptByTheSameBits) {
     std::mt19937 rng(5);
     for (std::size_t n : {0, 8, 1024, 4096}) {
