@@ -563,13 +563,11 @@ void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) 
 // RoCE v2: the connection's translation rewrites addresses and DestQP and updates the ICRC.
 
 void Dataplane::handle_roce(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
+    uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    if (const DropReason r = roce_check(frame, rte_pktmbuf_data_len(m), p); r != DropReason::none) return drop(m, in, r);
+    uint8_t* ip = frame + p.l3_offset;
     const uint32_t ip_len = p.l3_len;
-    if (p.l4_offset != p.l3_offset + 20 || ip_len < kRoceIpv4Overhead || ip_len > kRoceIpv4Overhead + kIcrcMaxTail ||
-        rte_pktmbuf_data_len(m) < p.l3_offset + ip_len)
-        return drop(m, in, DropReason::roce_malformed);
-    uint8_t* ip = rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset);
     const uint8_t* bth = ip + 28;
-    if (!roce_opcode_translated(bth[0])) return drop(m, in, DropReason::roce_opcode_unsupported);
     const bool external = ports_[in].cfg.role == PortRole::external;
     RoceEntry* e = shared_.roce->find(external ? RoceSide::external : RoceSide::internal, bth_dqpn(bth));
     if (e == nullptr) return drop(m, in, DropReason::roce_no_translation);

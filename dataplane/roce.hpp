@@ -20,6 +20,7 @@
 
 #include "dataplane/checksum.hpp"
 #include "dataplane/counters.hpp"
+#include "dataplane/packet.hpp"
 
 namespace fedgate {
 
@@ -31,6 +32,8 @@ inline constexpr uint32_t kRoceIpv4Overhead = 20 + 8 + kBthLen + kIcrcLen;  // I
 inline constexpr uint32_t kRoceMaxExtHeader = 16;
 inline constexpr uint8_t kOpCnp = 0x81;
 inline constexpr uint32_t kQpnMask = 0xffffff;
+// The longest tail (bytes from the end of the BTH to the ICRC) the incremental update handles.
+inline constexpr uint32_t kIcrcMaxTail = 16384;
 
 // RC opcodes that carry a DestQP the gateway translates: SEND, RDMA WRITE, READ request and
 // response, ACK, atomic ACK, compare-swap, fetch-add, SEND with invalidate; and CNP.
@@ -43,6 +46,18 @@ inline void set_bth_dqpn(uint8_t* bth, uint32_t qpn) {
     bth[5] = static_cast<uint8_t>(qpn >> 16);
     bth[6] = static_cast<uint8_t>(qpn >> 8);
     bth[7] = static_cast<uint8_t>(qpn);
+}
+
+// Whether a parsed UDP packet to port 4791, `frame_len` bytes in one segment, is a RoCE v2 packet
+// the gateway can translate: IPv4 without options, room for BTH and ICRC, a tail roce_rewrite
+// handles, a translated opcode. DropReason::none, or roce_malformed / roce_opcode_unsupported.
+inline DropReason roce_check(const uint8_t* frame, uint32_t frame_len, const ParsedPacket& p) {
+    const uint32_t ip_len = p.l3_len;
+    if (p.l4_offset != p.l3_offset + 20 || ip_len < kRoceIpv4Overhead || ip_len > kRoceIpv4Overhead + kIcrcMaxTail ||
+        frame_len < uint32_t{p.l3_offset} + ip_len)
+        return DropReason::roce_malformed;
+    if (!roce_opcode_translated(frame[p.l3_offset + 28])) return DropReason::roce_opcode_unsupported;
+    return DropReason::none;
 }
 
 // The largest RDMA path MTU (256..4096) whose packets fit in an IPv4 MTU of `ip_mtu` bytes with
@@ -70,8 +85,6 @@ inline void icrc_store(uint8_t* p, uint32_t v) {
 // addresses as stored in the packet (network order), QPNs 24-bit numbers. Control threads.
 uint32_t icrc_header_delta(uint32_t src, uint32_t dst, uint32_t dqpn, uint32_t new_src, uint32_t new_dst,
                            uint32_t new_dqpn);
-// The longest tail (bytes from the end of the BTH to the ICRC) the incremental update handles.
-inline constexpr uint32_t kIcrcMaxTail = 16384;
 // What to xor into the ICRC of a packet with `tail` bytes after its BTH (tail <= kIcrcMaxTail).
 uint32_t icrc_shift(uint32_t header_delta, uint32_t tail);
 // The same product without a carry-less multiply instruction (tests compare the two).

@@ -1,11 +1,14 @@
 // libFuzzer target: the packet parser must never read outside the frame, and what it reports for a
-// good packet must lie inside the frame.
+// good packet must lie inside the frame. A UDP packet to port 4791 that roce_check accepts is then
+// translated as the lcore would: roce_rewrite stays inside the frame and leaves the ICRC exactly as
+// right or as wrong as it was (the incremental update never re-blesses a packet).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
 #include "dataplane/packet.hpp"
+#include "dataplane/roce.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size > 65535) return 0;
@@ -23,6 +26,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!in_frame(p.l4_offset, p.l4_len) || p.l4_offset < p.l3_offset + 20) std::abort();
         if (p.payload_offset < p.l4_offset || !in_frame(p.payload_offset, p.payload_len)) std::abort();
         if (p.payload_offset + p.payload_len != p.l4_offset + p.l4_len) std::abort();
+    }
+    if (p.ip_proto == fedgate::kIpProtoUdp && p.dst_port == __builtin_bswap16(fedgate::kRoceV2Port) &&
+        fedgate::roce_check(buf.get(), static_cast<uint32_t>(size), p) == fedgate::DropReason::none) {
+        uint8_t* ip = buf.get() + p.l3_offset;
+        const uint32_t ip_len = p.l3_len;
+        if (ip[8] <= 1) return 0;  // the lcore drops it (ttl_expired)
+        const uint32_t before = fedgate::icrc_load(ip + ip_len - 4) ^ fedgate::icrc_compute(ip, ip_len);
+        fedgate::RoceEntry e;
+        e.new_src = 0x0a0112c6, e.new_dst = 0x020013c6, e.new_dqpn = 0x777;  // 198.18.1.10, 198.19.0.2
+        uint32_t src, dst;
+        std::memcpy(&src, ip + 12, 4);
+        std::memcpy(&dst, ip + 16, 4);
+        fedgate::roce_prepare(e, src, dst, fedgate::bth_dqpn(ip + 28));
+        fedgate::roce_rewrite(ip, ip_len, e);
+        const uint32_t after = fedgate::icrc_load(ip + ip_len - 4) ^ fedgate::icrc_compute(ip, ip_len);
+        if (before != after) std::abort();
     }
     return 0;
 }

@@ -27,6 +27,11 @@ std::vector<Bytes> packet_seeds() {
         PacketBuilder().eth(b, a).ipv4("198.18.1.10", "198.18.2.10").udp(1000, 53).payload(20).build(),
         PacketBuilder().eth(b, a).ipv4("198.18.1.10", "198.18.2.10").tcp(1000, 80).payload(20).build(),
         PacketBuilder().eth(b, a).vlan(5).vlan(6).ipv4("198.18.1.10", "198.18.1.1").fragment(true, 0).udp(1, 2).build(),
+        // RoCE v2: RC SEND ONLY, and an ACK with a UDP checksum (the fuzzer translates them).
+        PacketBuilder().eth(b, a).ipv4("198.18.1.10", "198.18.1.1").udp(49152, 4791).udp_no_checksum()
+            .bth(0x04, 0x4000, 7).payload(32).icrc().build(),
+        PacketBuilder().eth(b, a).ipv4("198.19.0.2", "198.19.0.1").udp(49153, 4791).bth(0x11, 0x4001, 8)
+            .payload(4).icrc().build(),
     };
 }
 
