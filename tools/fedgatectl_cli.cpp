@@ -1095,23 +1095,6 @@ int run_dir_list(const Invocation& inv) {
         t.print(inv.out);
     }
     inv.out << field(r, "shown") << " shown of " << field(r, "total") << "\n";
-    // RDMA connections between parties whose RoCE v2 traffic this gateway translates.
-    const Json& tr = member(r, "translations");
-    if (tr.is_array() && !tr.empty()) {
-        inv.out << "\nRoCE v2 translations:\n";
-        Table t(true);
-        t.row({"conn id", "local", "remote", "node", "qpn", "int vqpn", "ext vqpn", "peer", "peer vqpn", "to peer",
-               "from peer", "idle"});
-        const auto flow = [](const Json& f) {
-            return field(f, "packets") + " pkts " + field(f, "bytes") + " B";
-        };
-        for (const auto& c : tr)
-            t.row({field(c, "conn_id"), field(c, "local"), field(c, "remote"), field(c, "node"), field(c, "node_qpn"),
-                   field(c, "internal_vqpn"), field(c, "external_vqpn"), field(c, "peer"), field(c, "peer_vqpn"),
-                   flow(member(c, "to_peer")), flow(member(c, "from_peer")),
-                   seconds_text(Json(member(c, "idle_ms").is_number() ? member(c, "idle_ms").get<double>() / 1000.0 : 0.0))});
-        t.print(inv.out);
-    }
     return 0;
 }
 
