@@ -326,6 +326,21 @@ void render_resolution(Exposition& e, const json& res) {
              {{"ports_exhausted", "fedgate_auto_mappings_ports_exhausted", "Automatic mappings with no free port"},
               {"refused", "fedgate_auto_mappings_refused", "Automatic mappings the port-map table refused"}});
 
+    // RoCE v2 translations of RDMA connections between parties (an empty object when RoCE is off).
+    const json& roce = at(res, "roce");
+    if (roce.is_object() && !roce.empty()) {
+        gauges(e, roce,
+               {{"connections", "fedgate_roce_connections", "RDMA connections whose RoCE v2 traffic is translated"},
+                {"capacity", "fedgate_roce_capacity", "RDMA connections the translation table holds at most"}});
+        counters(e, roce,
+                 {{"installed", "fedgate_roce_installed", "RoCE v2 translations installed"},
+                  {"exhausted", "fedgate_roce_exhausted", "RDMA handshakes refused no_mapping: no virtual QPN free"}});
+        for (const auto& [why, key] : {std::pair{"process", "removed_process"}, std::pair{"peer", "removed_peer"},
+                                       std::pair{"idle", "removed_idle"}})
+            e.add("fedgate_roce_removed_total", "counter", "RoCE v2 translations removed, by why", {{"why", why}},
+                  at(roce, key));
+    }
+
     const json& r = at(res, "resolve");
     counters(e, r,
              {{"requests", "fedgate_resolve_requests", "Lookups compute processes asked for"},

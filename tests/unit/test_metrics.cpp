@@ -62,6 +62,9 @@ const json kStats = json::parse(R"({
                    "refused": {"unknown_target": 1, "no_route": 0}, "malformed": 0},
     "auto_mappings": {"exports": 1, "imports": 0, "exports_made": 2, "exports_removed": 1, "imports_made": 0,
                       "imports_removed": 0, "ports_exhausted": 0, "refused": 0},
+    "roce": {"connections": 2, "capacity": 16384, "free_internal": 16382, "free_external": 16382, "reserved": 5,
+             "released": 1, "installed": 3, "exhausted": 4, "install_failed": 0, "removed_process": 1,
+             "removed_peer": 0, "removed_idle": 0},
     "resolve": {"requests": 10, "hits": 7, "misses": 3, "folded": 0, "directed": 2, "broadcast": 1, "answered": 2,
                 "not_found": 1, "timed_out": 0, "negative": 0, "refused": 4, "refused_rate": 1, "refused_busy": 0,
                 "bad_requests": 3, "pending": 0, "answers_unmatched": 0}
@@ -160,6 +163,9 @@ TEST(MetricsRender, ResolutionHandshakesAndPeers) {
     EXPECT_TRUE(has_line(t, R"(fedgate_handshakes_refused_total{status="unknown_target"} 1)"));
     EXPECT_TRUE(has_line(t, R"(fedgate_auto_mappings_made_total{kind="export"} 2)"));
     EXPECT_TRUE(has_line(t, R"(fedgate_auto_mappings{kind="export"} 1)"));
+    EXPECT_TRUE(has_line(t, "fedgate_roce_connections 2"));
+    EXPECT_TRUE(has_line(t, "fedgate_roce_exhausted_total 4"));
+    EXPECT_TRUE(has_line(t, R"(fedgate_roce_removed_total{why="process"} 1)"));
     // The sum of the refusals is not a family of its own.
     EXPECT_EQ(t.find("fedgate_resolve_refused_total 4"), std::string::npos);
 }
