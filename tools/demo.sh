@@ -14,6 +14,10 @@ starts gateway A (party alpha) and B (party beta) in their namespaces, then
   - gateway A pings gateway B across the joining network (and back),
   - port map: A's internal port 8080 -> B's external port 9000 -> node b:8000
     (python3 http.server), fetched with curl from node a; iperf3 TCP the same way,
+  - address resolution: a process on node b registers, node a resolves it,
+  - a connection by process ID over the tcp backend (64 MiB, digests compared),
+  - RDMA between parties: a handshake without a device (fedgate-node --handshake-only),
+    then RoCE v2 packets from node a (scapy) translated by both gateways to node b,
   - prints fedgatectl status and stats of both gateways.
 Everything is torn down at the end, unless --keep leaves the gateways running
 (stop them later with: tools/topo.sh --prefix P down).
@@ -136,6 +140,44 @@ lab_ctl b map list --cluster auto
 kill -TERM "$LISTEN_PID"
 wait "$LISTEN_PID" || true
 rm -f "$LISTEN_OUT"
+
+step "RDMA between parties: a handshake without a device, then RoCE v2 packets through both gateways"
+# No RDMA device here: fedgate-node runs the RDMA handshake with given QP values and prints what its
+# QP would be told; scapy then sends RC packets to exactly that, and a sniffer on node b sees them
+# arrive at node b's real address and QP number with an ICRC scapy accepts.
+LISTEN_OUT=$(mktemp) CONN_OUT=$(mktemp) SNIFF_OUT=$(mktemp)
+ip netns exec "$NS_B_NODE" "$NODE" --gateway "$B_IN_IP" --bind "$B_NODE_IP" listen --pid 2.7.60 --transport rdma \
+    --handshake-only --qpn 0x4567 --psn 0x10 --json >"$LISTEN_OUT" 2>&1 &
+LISTEN_PID=$!
+lab_wait "node b's RDMA process to listen" grep -q 'listening 2.7.60' "$LISTEN_OUT"
+lab_wait "gateway B's announce of 2.7.60 to reach A" lab_ctl a dir show 2.7.60
+echo "\$ fedgate-node ... connect --pid 1.3.160 --to 2.7.60 --transport rdma --handshake-only --qpn 0x123 --psn 0x20 --json   (in node a)"
+ip netns exec "$NS_A_NODE" "$NODE" --gateway "$A_IN_IP" --bind "$A_NODE_IP" connect --pid 1.3.160 --to 2.7.60 \
+    --transport rdma --handshake-only --qpn 0x123 --psn 0x20 --json --hold >"$CONN_OUT" 2>&1 &
+CONN_PID=$!
+lab_wait "node a's handshake" grep -q '^{' "$CONN_OUT"
+grep '^{' "$CONN_OUT"
+echo "(node a is told its own gateway's internal address and a virtual QPN; node b, in turn:)"
+lab_wait "node b's side" grep -q '^{' "$LISTEN_OUT"
+grep '^{' "$LISTEN_OUT"
+PEER_QPN=$(grep '^{' "$CONN_OUT" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["peer_qpn"])')
+b_translates() { lab_ctl b conn list --json | grep -q node_qpn; }
+lab_wait "gateway B's translation" b_translates
+ip netns exec "$NS_B_NODE" /usr/bin/python3 "$ROOT/tools/roce_pkts.py" sniff --iface "$B_NODE_IF" --count 4 \
+    --src "$B_IN_IP" --dst "$B_NODE_IP" --dqpn 0x4567 >"$SNIFF_OUT" 2>&1 &
+SNIFF_PID=$!
+lab_wait "the sniffer on node b" grep -q '^ready' "$SNIFF_OUT"
+echo "\$ roce_pkts.py send --src $A_NODE_IP --dst $A_IN_IP --dqpn $PEER_QPN   (in node a: SEND, RDMA WRITE, ACK, CNP)"
+ip netns exec "$NS_A_NODE" /usr/bin/python3 "$ROOT/tools/roce_pkts.py" send --iface "$A_NODE_IF" --src "$A_NODE_IP" \
+    --dst "$A_IN_IP" --dqpn "$PEER_QPN"
+wait "$SNIFF_PID" || true
+echo "what node b received:"
+grep -v '^ready' "$SNIFF_OUT"
+echo
+lab_ctl a conn list
+kill -TERM "$CONN_PID" "$LISTEN_PID"
+wait "$CONN_PID" "$LISTEN_PID" || true
+rm -f "$LISTEN_OUT" "$CONN_OUT" "$SNIFF_OUT"
 
 step "gateway A stats"
 lab_ctl a stats

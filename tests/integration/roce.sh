@@ -17,7 +17,7 @@ LAB_PREFIX=r$((RANDOM % 1000))
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../../tools/lab.sh"
 NODE=$LAB_BUILD/tools/fedgate-node
-PKTS=$HERE/roce_pkts.py
+PKTS=$HERE/../../tools/roce_pkts.py
 WORK=$(mktemp -d)
 BG_PIDS=()
 cleanup() {

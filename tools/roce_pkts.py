@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""RoCE v2 packets for the integration test, built and checked with scapy (its contrib.roce computes
-the ICRC independently of the gateway's code).
+"""RoCE v2 test packets through fedgate gateways, built and checked with scapy (its contrib.roce
+computes the ICRC independently of the gateway's code): the demo, the integration test and an
+operator checking a path with `fedgate-node ... --handshake-only` use it.
 
   roce_pkts.py send  --iface IF --src IP --dst IP --dqpn Q [--dst-mac MAC] [--kinds send,write,ack,cnp]
   roce_pkts.py sniff --iface IF --count N --src IP --dst IP --dqpn Q [--timeout S]
