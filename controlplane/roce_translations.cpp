@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <random>
 #include <stdexcept>
 
 #include "controlplane/log.hpp"
@@ -29,8 +30,10 @@ bool forbidden_qpn(uint32_t q) { return q == 0 || q == 1 || q == kQpnMask; }  //
 
 }  // namespace
 
-RoceTranslations::RoceTranslations(uint32_t capacity, std::vector<DpPortConfig> ports, Synchronize sync)
+RoceTranslations::RoceTranslations(uint32_t capacity, std::vector<DpPortConfig> ports, Synchronize sync,
+                                   std::optional<uint32_t> seed)
     : ports_(std::move(ports)), sync_(std::move(sync)) {
+    const uint32_t start = seed ? *seed : std::random_device{}();
     if (capacity == 0 || capacity > kMaxRdmaMaxConnections)
         throw std::invalid_argument("rdma_max_connections must be 1.." + std::to_string(kMaxRdmaMaxConnections));
     const uint32_t size = std::max<uint32_t>(4, std::bit_ceil(capacity));
@@ -45,10 +48,11 @@ RoceTranslations::RoceTranslations(uint32_t capacity, std::vector<DpPortConfig> 
         side.entries = std::make_unique<RoceEntry[]>(size);
         side.state.assign(size, Slot::free);
         side.generation.assign(size, 0);
+        // Each side starts at its own generation; reserve() skips values that would be QP0, QP1 or
+        // the multicast QPN. With no generation bits (16M slots) such a slot stays unused.
+        const uint32_t first_gen = bits_ < 24 ? (start >> (s * 8)) & ((1u << (24 - bits_)) - 1) : 0;
         for (uint32_t slot = 0; slot < size; ++slot) {
-            // Generations start at 1, so slots 0 and 1 never give QP0 or QP1 at first; with no
-            // generation bits (16M slots) a slot whose only value is forbidden stays unused.
-            side.generation[slot] = bits_ < 24 ? 1 : 0;
+            side.generation[slot] = first_gen;
             if (bits_ >= 24 && forbidden_qpn(slot)) {
                 side.state[slot] = Slot::unusable;
                 continue;

@@ -56,7 +56,11 @@ public:
     // `capacity`: connections at once (rounded up to a power of two, 4..kMaxRdmaMaxConnections).
     // `ports`: the gateway's ports (addresses and routes for the entries). `sync` waits until no
     // lcore can still see a cleared entry.
-    RoceTranslations(uint32_t capacity, std::vector<DpPortConfig> ports, Synchronize sync);
+    // `seed` picks the first generation of each side (random by default), so a gateway's virtual
+    // QPNs differ from one start to the next and from the other side's: a packet of a connection
+    // from before a restart does not hit a new one by chance.
+    RoceTranslations(uint32_t capacity, std::vector<DpPortConfig> ports, Synchronize sync,
+                     std::optional<uint32_t> seed = std::nullopt);
 
     const RoceView& view() const { return view_; }
     uint32_t capacity() const { return view_.mask + 1; }

@@ -21,10 +21,17 @@ uint32_t NeighbourTable::slot_of(uint16_t port, uint32_t ip) const {
 }
 
 Neighbour* NeighbourTable::find_mut(uint16_t port, uint32_t ip) {
+    // Most packets go to the same next hop as the one before: try the last hit before hashing. A
+    // slot whose entry moved or left fails the check (erase clears it), so the memo is never wrong.
+    if (Neighbour& last = slots_[last_hit_]; last.ip == ip && last.port == port && last.state != Neighbour::State::free)
+        return &last;
     for (uint32_t i = slot_of(port, ip);; i = (i + 1) & mask_) {
         Neighbour& n = slots_[i];
         if (n.state == Neighbour::State::free) return nullptr;
-        if (n.ip == ip && n.port == port) return &n;
+        if (n.ip == ip && n.port == port) {
+            last_hit_ = i;
+            return &n;
+        }
     }
 }
 

@@ -89,6 +89,7 @@ private:
 
     std::vector<Neighbour> slots_;  // open addressing, linear probing, capacity a power of two
     uint32_t mask_;
+    uint32_t last_hit_ = 0;  // slot of the last successful find
     uint32_t used_ = 0;
     uint32_t max_used_;             // keep the load factor at or under 3/4
     NeighbourTimers timers_;

@@ -36,6 +36,7 @@ constexpr const char* kExternal = "198.19.0.1";
 constexpr const char* kNode = "198.18.1.10";
 constexpr const char* kPeer = "198.19.0.2";
 constexpr uint32_t kNodeQpn = 0x123, kPeerVqpn = 0x777;
+constexpr uint32_t kSeed = 7;  // the same vQPNs when the pcap is written and when it is replayed
 
 uint32_t be(const char* s) { return htonl(test::ip(s)); }
 
@@ -46,7 +47,7 @@ std::vector<DpPortConfig> ports(uint16_t in_id, rte_ether_addr in_mac, uint16_t 
     return pc;
 }
 
-// The connection the relay would install; the first vQPNs of a fresh table, the same every run.
+// The connection the relay would install; the first vQPNs of a fresh table seeded kSeed.
 RoceConn connection(RoceTranslations& t) {
     RoceConn c;
     c.conn_id = 1;
@@ -67,7 +68,7 @@ int write_pcap(const std::string& file, unsigned long payload, unsigned long cou
         std::cerr << "fedgate_bench_roce: PAYLOAD must be 0..4096 and COUNT 1..65536\n";
         return 2;
     }
-    RoceTranslations t(4, ports(0, {}, 1, {}), [] {});
+    RoceTranslations t(4, ports(0, {}, 1, {}), [] {}, kSeed);
     const RoceConn c = connection(t);
     std::vector<std::vector<uint8_t>> frames;
     for (unsigned long i = 0; i < count; ++i)
@@ -104,7 +105,7 @@ int run(const std::string& file, unsigned long seconds, unsigned long mb) {
     const PortHandle in = bring_up_port(PortSetup{"internal", "net_pcap0,rx_pcap=" + file + ",infinite_rx=1"}, pool);
     const PortHandle ex = bring_up_port(PortSetup{"external", "net_null0,no-rx=1"}, pool);
     const auto pc = ports(in.port_id, in.mac, ex.port_id, ex.mac);
-    RoceTranslations t(4, pc, [] {});
+    RoceTranslations t(4, pc, [] {}, kSeed);
     const RoceConn c = connection(t);
     if (!t.install(c, 0)) {
         std::cerr << "fedgate_bench_roce: cannot install the translation\n";
