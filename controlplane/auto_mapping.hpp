@@ -15,7 +15,7 @@
 #include <unordered_map>
 
 #include "controlplane/portmap_table.hpp"
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace fedgate {
 

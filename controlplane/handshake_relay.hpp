@@ -22,7 +22,7 @@
 
 #include "controlplane/config.hpp"
 #include "controlplane/roce_translations.hpp"
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 
 namespace fedgate {
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "controlplane/log.hpp"
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 #include "dataplane/dataplane.hpp"
 
 namespace fedgate {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "dataplane/dataplane.hpp"
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 #include "dataplane/roce.hpp"
 
 namespace fedgate {

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <span>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace fedgate {
 

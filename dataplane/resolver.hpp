@@ -15,7 +15,7 @@
 #include "dataplane/counters.hpp"
 #include "dataplane/rate_limiter.hpp"
 #include "dataplane/resolve_cache.hpp"
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace fedgate {
 

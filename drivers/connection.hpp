@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 #include "drivers/handshake.hpp"
 
 namespace fedgate {

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace fedgate {
 namespace {

@@ -28,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 #include "drivers/connection.hpp"
 #include "drivers/handshake.hpp"
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 
 namespace fedgate {
 

@@ -15,7 +15,7 @@
 #include <span>
 #include <string>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace fedgate {
 

@@ -11,7 +11,7 @@
 #include <random>
 #include <thread>
 
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 
 namespace fedgate {
 namespace {

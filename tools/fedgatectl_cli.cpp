@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "controlplane/config.hpp"  // kDefaultSocket, shared with fedgated; header-only constants
-#include "dataplane/resolve_wire.hpp"  // process IDs; DPDK-free
+#include "proto/resolve_wire.hpp"  // process IDs; DPDK-free
 #include "tools/command_table.hpp"
 #include "tools/mgmt_client.hpp"
 

@@ -27,7 +27,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 #include "drivers/node_client.hpp"
 
 namespace fedgate {

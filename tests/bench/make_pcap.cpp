@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 #include "tests/support/packet_builder.hpp"
 #include "tests/support/pcap_file.hpp"
 

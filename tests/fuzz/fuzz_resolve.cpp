@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 #include "dataplane/peer_auth.hpp"
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace {
 

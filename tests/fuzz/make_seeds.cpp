@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "dataplane/peer_auth.hpp"
-#include "dataplane/conn_wire.hpp"
-#include "dataplane/resolve_wire.hpp"
+#include "proto/conn_wire.hpp"
+#include "proto/resolve_wire.hpp"
 #include "tests/support/packet_builder.hpp"
 
 namespace {

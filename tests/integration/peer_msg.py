@@ -4,7 +4,7 @@
 usage: peer_msg.py --src IP --dst IP --party N --key HEX (announce PID IP:PORT | sync)
                    [--seq-offset-s S] [--repeat N] [--port P]
 
-Builds MsgHeader | body | HMAC-SHA256 exactly as dataplane/resolve_wire.hpp lays them out, signs
+Builds MsgHeader | body | HMAC-SHA256 exactly as proto/resolve_wire.hpp lays them out, signs
 it with --key (the real pair key for a replay test, any other key for a forgery) and sends it from
 --src (a raw IPv4 socket: the source may be another host's address) to --dst:7410. --repeat sends
 the identical bytes again (a replay). Test tool only: it runs inside the test's own namespaces.

@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 #include "drivers/digest_stream.hpp"
 #include "drivers/endpoint.hpp"
 #include "drivers/handshake_only.hpp"

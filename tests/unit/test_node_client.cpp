@@ -28,7 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 #include "drivers/node_client.hpp"
 #include "tools/fedgate_node_cli.hpp"
 

@@ -17,7 +17,7 @@
 
 #include "dataplane/peer_auth.hpp"
 #include "dataplane/rate_limiter.hpp"
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace {
 

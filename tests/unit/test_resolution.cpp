@@ -16,7 +16,7 @@
 #include "controlplane/directory.hpp"
 #include "dataplane/rate_limiter.hpp"
 #include "dataplane/resolve_cache.hpp"
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 #include "dataplane/resolver.hpp"
 
 namespace fedgate {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace fedgate {
 namespace {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 #include "drivers/verbs.hpp"
 #include "tests/support/fake_verbs.hpp"
 

@@ -1,7 +1,7 @@
 // Encoding, decoding and checking of the resolution service's wire formats (no DPDK).
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
-#include "dataplane/conn_wire.hpp"
+#include "proto/conn_wire.hpp"
 
 #include <charconv>
 #include <cstring>

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "dataplane/resolve_wire.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace fedgate {
 
