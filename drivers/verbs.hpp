@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "drivers/connection.hpp"
+#include "fedgate/connection.hpp"
 #include "drivers/verbs_api.hpp"
 
 namespace fedgate {

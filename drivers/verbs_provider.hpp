@@ -6,7 +6,7 @@
 #include <mutex>
 #include <string>
 
-#include "drivers/endpoint.hpp"
+#include "fedgate/endpoint.hpp"
 #include "drivers/verbs.hpp"
 #include "drivers/verbs_api.hpp"
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "proto/resolve_wire.hpp"
+#include "resolve_wire.hpp"
 
 namespace fedgate {
 

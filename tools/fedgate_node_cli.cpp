@@ -30,11 +30,11 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
-#include "drivers/digest_stream.hpp"
-#include "drivers/endpoint.hpp"
-#include "drivers/handshake_only.hpp"
+#include "client/src/digest_stream.hpp"
+#include "fedgate/endpoint.hpp"
+#include "fedgate/handshake_only.hpp"
 #include "drivers/verbs_provider.hpp"
-#include "drivers/node_client.hpp"
+#include "fedgate/node_client.hpp"
 #include "tools/command_table.hpp"
 
 #ifndef FEDGATE_VERSION

@@ -28,7 +28,7 @@
 #include <boost/program_options.hpp>
 
 #include "proto/resolve_wire.hpp"
-#include "drivers/node_client.hpp"
+#include "fedgate/node_client.hpp"
 
 namespace fedgate {
 namespace {

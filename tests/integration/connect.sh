@@ -51,9 +51,13 @@ exports_are() { [[ $(auto_maps "$1" export) == "$2" ]]; }
 handshakes() { lab_json "$1" "r['resolution']['handshakes']['$2']" stats; }
 
 lab_edit_configs() {
-    # Short heartbeats, so that a process that leaves without a word is gone quickly.
+    # Short heartbeats, so that a process that leaves without a word is gone quickly; finished
+    # handshakes listed for 10 minutes, so a slow (sanitized, loaded) 256 MiB transfer still finds
+    # its handshake in `conn list` afterwards.
     local f
-    for f in "$A_CONF" "$B_CONF"; do printf '\n[resolve]\nheartbeat_ms = 250\nheartbeat_timeout_ms = 4000\n' >>"$f"; done
+    for f in "$A_CONF" "$B_CONF"; do
+        printf '\n[resolve]\nheartbeat_ms = 250\nheartbeat_timeout_ms = 4000\n[connect]\nhandshake_timeout_ms = 600000\n' >>"$f"
+    done
 }
 lab_up
 

@@ -30,12 +30,12 @@
 #include <nlohmann/json.hpp>
 
 #include "proto/conn_wire.hpp"
-#include "drivers/digest_stream.hpp"
-#include "drivers/endpoint.hpp"
-#include "drivers/handshake_only.hpp"
+#include "client/src/digest_stream.hpp"
+#include "fedgate/endpoint.hpp"
+#include "fedgate/handshake_only.hpp"
 #include "drivers/verbs_provider.hpp"
 #include "tests/support/fake_verbs.hpp"
-#include "drivers/tcp_backend.hpp"
+#include "client/src/tcp_backend.hpp"
 #include "tools/fedgate_node_cli.hpp"
 
 namespace fedgate {

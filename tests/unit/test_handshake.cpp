@@ -1,4 +1,4 @@
-// The handshake state machines (drivers/handshake.hpp), driven by hand: every loss, duplicate and
+// The handshake state machines (fedgate/handshake.hpp), driven by hand: every loss, duplicate and
 // timeout happens at an exact millisecond.
 #include <gtest/gtest.h>
 
@@ -6,8 +6,8 @@
 #include <random>
 #include <set>
 
-#include "drivers/handshake.hpp"
-#include "drivers/tcp_backend.hpp"
+#include "fedgate/handshake.hpp"
+#include "client/src/tcp_backend.hpp"
 
 namespace fedgate {
 namespace {

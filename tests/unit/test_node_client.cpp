@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proto/resolve_wire.hpp"
-#include "drivers/node_client.hpp"
+#include "fedgate/node_client.hpp"
 #include "tools/fedgate_node_cli.hpp"
 
 namespace fedgate {

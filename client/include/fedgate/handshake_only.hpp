@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "drivers/connection.hpp"
-#include "drivers/endpoint.hpp"
+#include "fedgate/connection.hpp"
+#include "fedgate/endpoint.hpp"
 
 namespace fedgate {
 

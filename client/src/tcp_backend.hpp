@@ -10,7 +10,7 @@
 #include <span>
 #include <string>
 
-#include "drivers/connection.hpp"
+#include "fedgate/connection.hpp"
 
 namespace fedgate {
 

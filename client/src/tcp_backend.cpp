@@ -1,5 +1,5 @@
 // The tcp backend: sockets with plain blocking I/O, and the preamble's encoding.
-#include "drivers/tcp_backend.hpp"
+#include "client/src/tcp_backend.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "drivers/socket_util.hpp"
+#include "client/src/socket_util.hpp"
 
 namespace fedgate {
 namespace {

@@ -1,5 +1,5 @@
 // The digest-checked stream: seeded generator, SHA-256 through OpenSSL's EVP, one verdict each way.
-#include "drivers/digest_stream.hpp"
+#include "client/src/digest_stream.hpp"
 
 #include <openssl/evp.h>
 

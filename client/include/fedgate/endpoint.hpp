@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "proto/conn_wire.hpp"
-#include "drivers/connection.hpp"
-#include "drivers/handshake.hpp"
+#include "fedgate/connection.hpp"
+#include "fedgate/handshake.hpp"
 
 namespace fedgate {
 

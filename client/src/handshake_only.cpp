@@ -1,5 +1,5 @@
 // The handshake-only RdmaProvider: given QP values, recorded paths, no data path.
-#include "drivers/handshake_only.hpp"
+#include "fedgate/handshake_only.hpp"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // The handshake state machines: REQ retransmission, REP checks and saving, RTU, expiry.
-#include "drivers/handshake.hpp"
+#include "fedgate/handshake.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "drivers/connection.hpp"
+#include "fedgate/connection.hpp"
 
 namespace fedgate {
 

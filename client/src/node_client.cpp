@@ -1,5 +1,5 @@
 // NodeClient: one UDP socket, request/reply with retries, replies matched on type, ID and source.
-#include "drivers/node_client.hpp"
+#include "fedgate/node_client.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,7 +15,7 @@
 #include <system_error>
 #include <utility>
 
-#include "drivers/socket_util.hpp"
+#include "client/src/socket_util.hpp"
 
 namespace fedgate {
 namespace {

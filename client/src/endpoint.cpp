@@ -1,6 +1,6 @@
 // Endpoint: registration, the background thread around the handshake state machines, connect()
 // and accept().
-#include "drivers/endpoint.hpp"
+#include "fedgate/endpoint.hpp"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -16,9 +16,9 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "drivers/node_client.hpp"
-#include "drivers/socket_util.hpp"
-#include "drivers/tcp_backend.hpp"
+#include "fedgate/node_client.hpp"
+#include "client/src/socket_util.hpp"
+#include "client/src/tcp_backend.hpp"
 
 namespace fedgate {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "proto/resolve_wire.hpp"
-#include "drivers/handshake.hpp"
+#include "fedgate/handshake.hpp"
 
 namespace fedgate {
 
