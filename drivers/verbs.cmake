@@ -4,7 +4,7 @@ find_path(IBVERBS_INCLUDE infiniband/verbs.h REQUIRED)
 
 add_library(fedgate_verbs STATIC ${CMAKE_CURRENT_LIST_DIR}/verbs_api.cpp ${CMAKE_CURRENT_LIST_DIR}/verbs.cpp)
 target_include_directories(fedgate_verbs SYSTEM PUBLIC ${IBVERBS_INCLUDE})
-target_link_libraries(fedgate_verbs PUBLIC ${IBVERBS} fedgate_client)
+target_link_libraries(fedgate_verbs PUBLIC ${IBVERBS} fedgate_client_static)
 
 # Real-hardware checks (tests/integration/rdma_hw.sh): the probe says whether a device can be
 # opened; the loopback runs two connections in one process over the device's own GID.

@@ -49,7 +49,20 @@ done
 for f in "${readable[@]}"; do
     if [[ -f $D$f && ! -x $D$f && $(stat -c %a "$D$f") == 644 ]]; then ok "installed, mode 644: $f"; else fail "missing or wrong mode: $f"; fi
 done
-want=$(printf '%s\n' "${executables[@]}" "${readable[@]}" | sort)
+# The client library for compute nodes: the shared library (its symlinks are not files), headers,
+# the wire headers they include, fedgate-client.pc and the CMake package (tests/integration/
+# client_install.sh builds programs against them).
+libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+version=$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+client=(/usr/$libdir/libfedgate-client.so.$version /usr/$libdir/pkgconfig/fedgate-client.pc
+    /usr/include/fedgate/{connection,endpoint,handshake,handshake_only,node_client}.hpp
+    /usr/include/fedgate/proto/{conn_wire,resolve_wire}.hpp
+    /usr/$libdir/cmake/fedgate/fedgate-{config,config-version,targets}.cmake)
+targets_cfg=$(cd "$D" && find "usr/$libdir/cmake/fedgate" -name 'fedgate-targets-*.cmake' | sed 's|^|/|')
+[[ -n $targets_cfg ]] && ok "the CMake package has its per-configuration targets file" || fail "no fedgate-targets-<config>.cmake"
+[[ -L $D/usr/$libdir/libfedgate-client.so.${version%%.*} && $(readlink "$D/usr/$libdir/libfedgate-client.so.${version%%.*}") == libfedgate-client.so.$version ]] &&
+    ok "libfedgate-client.so.${version%%.*} (the SONAME) links to the versioned library" || fail "the SONAME link is missing or wrong"
+want=$(printf '%s\n' "${executables[@]}" "${readable[@]}" "${client[@]}" $targets_cfg | sort)
 got=$(cd "$D" && find . -type f | sed 's|^\.||' | sort)
 [[ $got == "$want" ]] && ok "nothing else installed" || fail "installed files differ: $(diff <(echo "$want") <(echo "$got") | grep '^[<>]' | tr '\n' ' ')"
 expect "the installed fedgated runs" 0 "fedgated " -- "$D/usr/bin/fedgated" --version

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The client library as a framework's build sees it: `cmake --install` into a prefix of its own, then
+# tests/install/client_demo.cpp built against the installed copy twice, once with pkg-config
+# (fedgate-client.pc) and once with CMake (find_package(fedgate)), each run with only the installed
+# library on the loader path; both must print what the library computes. Nothing from the source
+# tree is on the include path. Cleans up on any exit.
+# usage: client_install.sh BUILD_DIR
+set -euo pipefail
+BUILD=$(realpath "${1:?usage: client_install.sh BUILD_DIR}")
+SRC=$(cd "$(dirname "$0")/../install" && pwd)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+FAILURES=0
+ok() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; FAILURES=$((FAILURES + 1)); }
+
+PREFIX=$WORK/prefix
+cmake --install "$BUILD" --prefix "$PREFIX" >"$WORK/install.log" 2>&1 || { cat "$WORK/install.log"; fail "cmake --install"; exit 1; }
+libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+WANT="pid 2.7.42 party 2 record round-trips transport tcp refusal no_mapping stage transport"
+# A program linking the sanitizer build's library is built with the same sanitizers.
+SAN=""
+grep -q 'FEDGATE_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" && SAN="-fsanitize=address,undefined"
+run() { env LD_LIBRARY_PATH="$PREFIX/$libdir" ASAN_OPTIONS=detect_leaks=0 "$@"; }
+
+# --- pkg-config ---
+export PKG_CONFIG_PATH=$PREFIX/$libdir/pkgconfig
+if flags=$(pkg-config --cflags --libs fedgate-client) &&
+    g++ -std=c++20 $SAN -o "$WORK/demo-pc" "$SRC/client_demo.cpp" $flags 2>"$WORK/pc.log"; then
+    ok "built against the installed copy with pkg-config ($flags)"
+else
+    cat "$WORK/pc.log" 2>/dev/null || true
+    fail "build with pkg-config"
+fi
+[[ $(pkg-config --modversion fedgate-client) == "$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$BUILD/CMakeCache.txt")" ]] &&
+    ok "fedgate-client.pc has the project's version" || fail "fedgate-client.pc version"
+if [[ -x $WORK/demo-pc ]]; then
+    out=$(run "$WORK/demo-pc" 2>&1) || true
+    [[ $out == "$WANT" ]] && ok "the pkg-config build runs on the installed library" || fail "pkg-config build printed: $out"
+    LD_LIBRARY_PATH="$PREFIX/$libdir" ldd "$WORK/demo-pc" | grep -q "libfedgate-client.so.0 => $PREFIX/" &&
+        ok "it loads libfedgate-client.so.0 (the SONAME) from the prefix" || fail "the SONAME is not what the program loads"
+fi
+
+# --- CMake ---
+if cmake -S "$SRC" -B "$WORK/cmake-build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_CXX_FLAGS="$SAN" >"$WORK/cmake.log" 2>&1 &&
+    cmake --build "$WORK/cmake-build" >>"$WORK/cmake.log" 2>&1; then
+    ok "built against the installed copy with find_package(fedgate)"
+    out=$(run "$WORK/cmake-build/client_demo" 2>&1) || true
+    [[ $out == "$WANT" ]] && ok "the CMake build runs on the installed library" || fail "CMake build printed: $out"
+else
+    cat "$WORK/cmake.log"
+    fail "build with find_package(fedgate)"
+fi
+echo
+((FAILURES == 0)) && echo "client_install: all checks passed" || { echo "client_install: $FAILURES check(s) failed"; exit 1; }
