@@ -181,10 +181,11 @@ void Resolver::broadcast(Pending& p, uint64_t now_ms) {
     p.said_no = 0;
     p.deadline_ms = now_ms + cfg_.query_timeout_ms;
     counters_.broadcast.add();
-    // Always the party-0 form: a peer answers for its own processes only, so after the owner said
-    // "not here" the question worth asking everyone is "who runs this node's local process?".
+    // Everyone is asked for exactly the target: a full ID names one process, so after its owner said
+    // "not here" another party's process on the same node and local ID is no answer to it (a peer
+    // answers only for its own party; a party-0 target stays party 0: "whoever runs it").
     for (std::size_t i = 0; i < cfg_.peer_parties.size(); ++i)
-        io_.query(static_cast<int>(i), p.query_id, p.target.with_party(0), QueryMode::broadcast);
+        io_.query(static_cast<int>(i), p.query_id, p.target, QueryMode::broadcast);
 }
 
 void Resolver::answer(int peer, uint64_t query_id, ProcessId target, const DmaAddress* record, uint64_t now_ms) {
@@ -195,17 +196,17 @@ void Resolver::answer(int peer, uint64_t query_id, ProcessId target, const DmaAd
         return;
     }
     Pending& p = slots_[slot];
-    // What we asked this peer: the target itself (directed), or its party-0 form (broadcast).
-    const ProcessId asked = p.mode == QueryMode::broadcast ? p.target.with_party(0) : p.target;
-    if (target != asked) {
+    // Directed or broadcast, every peer was asked for the target itself, and echoes it.
+    if (target != p.target) {
         counters_.answers_unmatched.add();
         return;
     }
     const uint16_t party = cfg_.peer_parties[static_cast<std::size_t>(peer)];
     if (record != nullptr) {
-        // The answer must be about what we asked: the same ID, or (party 0) the same node and local ID
-        // in the answering party.
-        const ProcessId expect = asked.party() == 0 ? asked.with_party(party) : asked;
+        // The record must be the process asked for: exactly that ID, or (party 0, owner unknown) the
+        // same node and local ID in the answering party, whose real ID the record then names. Anything
+        // else is neither relayed nor cached, and is not a "not here" either: the query waits on.
+        const ProcessId expect = p.target.party() == 0 ? p.target.with_party(party) : p.target;
         if (record->pid != expect) {
             counters_.answers_unmatched.add();
             return;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <thread>
@@ -717,8 +718,8 @@ TEST(Resolver, DirectedNotHereBroadcastsToAllPeers) {
         const Query& q = rig.io.queries[static_cast<std::size_t>(p) + 1];
         EXPECT_EQ(q.peer, p);
         EXPECT_EQ(q.query_id, qid);
-        // Everyone is asked who runs node 7's local process 70, whatever party the ID named.
-        EXPECT_EQ(q.target.value, id.with_party(0).value);
+        // Everyone is asked for exactly the ID the requester named, not for its party-0 form.
+        EXPECT_EQ(q.target.value, id.value);
         EXPECT_EQ(q.mode, QueryMode::broadcast);
     }
     EXPECT_EQ(rig.res.counters().broadcast.get(), 1u);
@@ -731,22 +732,139 @@ TEST(Resolver, DirectedNotHereBroadcastsToAllPeers) {
     expect_reply(rig.io.replies[0], 1, id, ResolveStatus::unreachable, AnswerSource::broadcast);
 }
 
-// After the owner said "not here", the process turns up in another party: the party-0 broadcast
-// finds it there, and the requester gets that party's record for the ID it asked about.
+// After the owner said "not here", a process with the same node and local ID turns up in another
+// party. It is another process: the broadcast for 2.7.71 neither relays it as 2.7.71 nor caches it
+// under that ID, and waits on; the owner's own answer for exactly 2.7.71 is still taken.
 TEST(Resolver, DirectedNotHereThenFoundByBroadcastInAnotherParty) {
     Rig rig;
     const ProcessId id = ProcessId::make(2, 7, 71);
     rig.res.request(asker(kIpA, 1), id, kT0);
     const uint64_t qid = rig.io.queries[0].query_id;
     rig.res.answer(0, qid, id, nullptr, kT0 + 5);
-    const ProcessId moved = ProcessId::make(3, 7, 71);  // peer index 1 is party 3
-    const DmaAddress rec = make_record(moved);
-    // An answer naming the directed form is about something we no longer ask.
-    rig.res.answer(1, qid, id, &rec, kT0 + 6);
+    ASSERT_EQ(rig.io.queries.size(), 4u);
+    const ProcessId other = ProcessId::make(3, 7, 71);  // peer index 1 is party 3
+    const DmaAddress other_rec = make_record(other);
+    rig.res.answer(1, qid, id, &other_rec, kT0 + 6);                 // party 3's process, for 2.7.71
+    rig.res.answer(1, qid, id.with_party(0), &other_rec, kT0 + 7);   // as if asked for party 0
+    rig.res.answer(1, qid, other, &other_rec, kT0 + 7);              // as if asked for 3.7.71
+    EXPECT_EQ(rig.res.counters().answers_unmatched.get(), 3u);
+    EXPECT_EQ(rig.res.counters().answered.get(), 0u);
     EXPECT_TRUE(rig.io.replies.empty());
-    rig.res.answer(1, qid, id.with_party(0), &rec, kT0 + 7);
+    EXPECT_TRUE(rig.io.learnt.empty());
+    EXPECT_EQ(rig.res.pending(), 1u);
+    // A wrong record is no "not here" either: with the others' no, the query still waits.
+    rig.res.answer(0, qid, id, nullptr, kT0 + 8);
+    rig.res.answer(2, qid, id, nullptr, kT0 + 8);
+    EXPECT_TRUE(rig.io.replies.empty());
+    EXPECT_EQ(rig.res.pending(), 1u);
+    // The process registered at its owner meanwhile: the answer for exactly 2.7.71 is relayed.
+    const DmaAddress rec = make_record(id, 2);
+    rig.res.answer(0, qid, id, &rec, kT0 + 9);
     ASSERT_EQ(rig.io.replies.size(), 1u);
     expect_reply(rig.io.replies[0], 1, id, ResolveStatus::ok, AnswerSource::broadcast, rec);
+    ASSERT_EQ(rig.io.learnt.size(), 1u);
+    EXPECT_EQ(rig.io.learnt[0].key.value, id.value);
+    EXPECT_EQ(rig.io.learnt[0].record, rec);
+    EXPECT_EQ(rig.io.learnt[0].owner, 2);
+    EXPECT_EQ(rig.res.counters().answered.get(), 1u);
+    EXPECT_EQ(rig.res.pending(), 0u);
+}
+
+// Only another party's process answers the broadcast (and the rest say no): the requester hears
+// `unreachable` at the deadline, and nothing is learned, neither the record nor a "not found".
+TEST(Resolver, DirectedNotHereBroadcastAnsweredOnlyWithAnotherIdTimesOut) {
+    Rig rig;
+    const ProcessId id = ProcessId::make(2, 7, 71);
+    rig.res.request(asker(kIpA, 1), id, kT0);
+    const uint64_t qid = rig.io.queries[0].query_id;
+    rig.res.answer(0, qid, id, nullptr, kT0 + 5);
+    const DmaAddress other_rec = make_record(ProcessId::make(4, 7, 71));  // peer index 2 is party 4
+    rig.res.answer(2, qid, id, &other_rec, kT0 + 6);
+    rig.res.answer(0, qid, id, nullptr, kT0 + 6);
+    rig.res.answer(1, qid, id, nullptr, kT0 + 6);
+    rig.res.expire(kT0 + 1004);
+    EXPECT_TRUE(rig.io.replies.empty());
+    rig.res.expire(kT0 + 1005);
+    ASSERT_EQ(rig.io.replies.size(), 1u);
+    expect_reply(rig.io.replies[0], 1, id, ResolveStatus::unreachable, AnswerSource::broadcast);
+    EXPECT_TRUE(rig.io.learnt.empty());
+    EXPECT_EQ(rig.res.counters().answers_unmatched.get(), 1u);
+    EXPECT_EQ(rig.res.counters().timed_out.get(), 1u);
+    EXPECT_EQ(rig.res.counters().answered.get(), 0u);
+}
+
+TEST(Resolver, DirectedNotHereThenAllSayNoIsNotFoundAndLearnedNegativeUnderTheId) {
+    Rig rig;
+    const ProcessId id = ProcessId::make(3, 7, 71);
+    rig.res.request(asker(kIpA, 1), id, kT0);
+    ASSERT_EQ(rig.io.queries.size(), 1u);
+    EXPECT_EQ(rig.io.queries[0].peer, 1);
+    const uint64_t qid = rig.io.queries[0].query_id;
+    rig.res.answer(1, qid, id, nullptr, kT0 + 5);
+    ASSERT_EQ(rig.io.queries.size(), 4u);
+    for (int p = 0; p < 3; ++p) rig.res.answer(p, qid, id, nullptr, kT0 + 6);
+    ASSERT_EQ(rig.io.replies.size(), 1u);
+    expect_reply(rig.io.replies[0], 1, id, ResolveStatus::not_found, AnswerSource::broadcast);
+    ASSERT_EQ(rig.io.learnt.size(), 1u);
+    EXPECT_EQ(rig.io.learnt[0].key.value, id.value);
+    EXPECT_EQ(rig.io.learnt[0].record, std::nullopt);
+    EXPECT_EQ(rig.res.counters().not_found.get(), 1u);
+    EXPECT_EQ(rig.res.counters().answers_unmatched.get(), 0u);
+}
+
+// Both ends: resolvers of parties 2, 3 and 4 answer our queries through lookup_for_peer and echo the
+// queried target, as the data plane does. Party 3 runs 3.7.71, party 2 (the owner of 2.7.71) runs
+// nothing on node 7. A lookup of 2.7.71 ends "not found" (party 3 is asked for 2.7.71 and says no);
+// a lookup of 0.7.71 finds party 3's process, named by its real ID.
+TEST(Resolver, PeersAnswerTheBroadcastForTheExactIdAndPartyZeroForTheirOwn) {
+    Rig rig;
+    std::map<uint16_t, std::unique_ptr<Rig>> peers;
+    for (const uint16_t party : {2, 3, 4}) {
+        ResolverConfig c = test_config();
+        c.party_id = party;
+        c.peer_parties = {1};
+        peers[party] = std::make_unique<Rig>(c);
+    }
+    const ProcessId theirs = ProcessId::make(3, 7, 71);
+    peers[3]->cache.upsert(theirs, make_record(theirs), CacheKind::local, 3, UINT64_MAX);
+    const auto exchange = [&](uint64_t now) {
+        for (std::size_t i = 0; i < rig.io.queries.size(); ++i) {  // answers may add queries
+            const Query q = rig.io.queries[i];
+            const CacheEntry* e = peers[test_config().peer_parties[static_cast<std::size_t>(q.peer)]]
+                                      ->res.lookup_for_peer(q.target, now);
+            rig.res.answer(q.peer, q.query_id, q.target, e != nullptr ? &e->record : nullptr, now);
+        }
+    };
+
+    const ProcessId id = ProcessId::make(2, 7, 71);
+    rig.res.request(asker(kIpA, 1), id, kT0);
+    exchange(kT0 + 1);
+    ASSERT_EQ(rig.io.queries.size(), 4u);  // directed to party 2, then the broadcast
+    for (const Query& q : rig.io.queries) EXPECT_EQ(q.target.value, id.value);
+    ASSERT_EQ(rig.io.replies.size(), 1u);
+    expect_reply(rig.io.replies[0], 1, id, ResolveStatus::not_found, AnswerSource::broadcast);
+    ASSERT_EQ(rig.io.learnt.size(), 1u);
+    EXPECT_EQ(rig.io.learnt[0].key.value, id.value);
+    EXPECT_EQ(rig.io.learnt[0].record, std::nullopt);
+    EXPECT_EQ(peers[3]->res.counters().queries_answered_found.get(), 0u);
+    EXPECT_EQ(peers[3]->res.counters().queries_answered_no.get(), 1u);
+    EXPECT_EQ(rig.res.counters().answers_unmatched.get(), 0u);
+
+    rig.io.clear();
+    const ProcessId unknown_owner = ProcessId::make(0, 7, 71);
+    rig.res.request(asker(kIpA, 2), unknown_owner, kT0 + 10);
+    exchange(kT0 + 11);
+    ASSERT_EQ(rig.io.queries.size(), 3u);
+    for (const Query& q : rig.io.queries) EXPECT_EQ(q.target.value, unknown_owner.value);
+    ASSERT_EQ(rig.io.replies.size(), 1u);
+    expect_reply(rig.io.replies[0], 2, unknown_owner, ResolveStatus::ok, AnswerSource::broadcast, make_record(theirs));
+    EXPECT_EQ(rig.io.replies[0].record->pid.value, theirs.value);
+    ASSERT_EQ(rig.io.learnt.size(), 1u);
+    EXPECT_EQ(rig.io.learnt[0].key.value, unknown_owner.value);
+    EXPECT_EQ(rig.io.learnt[0].owner, 3);
+    EXPECT_EQ(peers[3]->res.counters().queries_answered_found.get(), 1u);
+    // Party 4's late "no" finds the query done.
+    EXPECT_EQ(rig.res.counters().answers_unmatched.get(), 1u);
 }
 
 TEST(Resolver, DirectedNotHereOverTheBroadcastBudgetIsRateLimited) {
