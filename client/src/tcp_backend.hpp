@@ -70,6 +70,7 @@ public:
     uint64_t conn_id() const override { return conn_id_; }
     ProcessId local_pid() const override { return local_; }
     ProcessId peer_pid() const override { return peer_; }
+    int native_handle() const override { return fd_; }
 
 private:
     int fd_;

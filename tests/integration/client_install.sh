@@ -41,6 +41,18 @@ if [[ -x $WORK/demo-pc ]]; then
         ok "it loads libfedgate-client.so.0 (the SONAME) from the prefix" || fail "the SONAME is not what the program loads"
 fi
 
+# --- C, with pkg-config ---
+if gcc -std=c11 -Wall -Wextra -Werror $SAN -o "$WORK/demo-c" "$SRC/c_demo.c" $(pkg-config --cflags --libs fedgate-client) \
+    2>"$WORK/c.log"; then
+    ok "the C API (fedgate/fedgate.h) compiles as C11 and links"
+    out=$(run "$WORK/demo-c" 2>&1) || true
+    [[ $out == "refused open | stage open: gateway 'not-an-address' is not IP or IP:PORT" ]] &&
+        ok "the C program's error names the stage and the bad input" || fail "C program printed: $out"
+else
+    cat "$WORK/c.log"
+    fail "build the C program"
+fi
+
 # --- CMake ---
 if cmake -S "$SRC" -B "$WORK/cmake-build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_CXX_FLAGS="$SAN" >"$WORK/cmake.log" 2>&1 &&
     cmake --build "$WORK/cmake-build" >>"$WORK/cmake.log" 2>&1; then

@@ -32,6 +32,7 @@
 #include "proto/conn_wire.hpp"
 #include "client/src/digest_stream.hpp"
 #include "fedgate/endpoint.hpp"
+#include "fedgate/fedgate.h"
 #include "fedgate/handshake_only.hpp"
 #include "drivers/verbs_provider.hpp"
 #include "tests/support/fake_verbs.hpp"
@@ -1202,6 +1203,91 @@ TEST(NodeCli, ListenJsonPrintsOneObjectPerConnectionAndTheListeningLineOnStderr)
     EXPECT_EQ(j["transport"], "tcp");
     EXPECT_EQ(j["bytes"], 1000);
     EXPECT_EQ(j["digest"], "ok");
+}
+
+// ---- the C API (fedgate/fedgate.h) over the same fake gateway ------------------------------------
+
+std::string c_gateway(const RelayGateway& gw) { return "127.0.0.1:" + std::to_string(gw.port()); }
+
+TEST(CApi, ListenConnectSendReceiveByProcessIdWithAPollableSocket) {
+    RelayGateway gw;
+    fedgate_error err{};
+    fedgate_endpoint* b = fedgate_open(c_gateway(gw).c_str(), "1.8.43", "127.0.0.1", "tcp", &err);
+    ASSERT_NE(b, nullptr) << err.message;
+    fedgate_endpoint* a = fedgate_open(c_gateway(gw).c_str(), "1.7.42", "127.0.0.1", nullptr, &err);
+    ASSERT_NE(a, nullptr) << err.message;
+    ASSERT_EQ(fedgate_listen(b, &err), 0) << err.message;
+    fedgate_conn* out = fedgate_connect(a, "1.8.43", &err);
+    ASSERT_NE(out, nullptr) << err.message;
+    fedgate_conn* in = fedgate_accept(b, 20000, &err);
+    ASSERT_NE(in, nullptr) << err.message;
+    EXPECT_STREQ(fedgate_conn_transport(out), "tcp");
+    EXPECT_STREQ(fedgate_conn_peer(out), "1.8.43");
+    EXPECT_STREQ(fedgate_conn_peer(in), "1.7.42");
+    // An event loop polls the socket, then reads through the library.
+    const int fd = fedgate_conn_fd(in);
+    ASSERT_GE(fd, 0);
+    const std::string msg(1 << 20, 'x');
+    ASSERT_EQ(fedgate_send(out, msg.data(), msg.size(), &err), static_cast<ssize_t>(msg.size())) << err.message;
+    ASSERT_EQ(fedgate_shutdown(out, &err), 0);
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 20000), 1);
+    std::string got;
+    char buf[65536];
+    for (;;) {
+        const ssize_t n = fedgate_recv(in, buf, sizeof buf, &err);
+        ASSERT_GE(n, 0) << err.message;
+        if (n == 0) break;
+        got.append(buf, static_cast<std::size_t>(n));
+    }
+    EXPECT_EQ(got, msg);
+    fedgate_close(in);
+    fedgate_close(out);
+    fedgate_endpoint_close(a);
+    fedgate_endpoint_close(b);
+}
+
+TEST(CApi, FailuresNameTheirStage) {
+    RelayGateway gw;
+    fedgate_error err{};
+    EXPECT_EQ(fedgate_open("198.18.1.1:99999", "1.7.42", "127.0.0.1", "tcp", &err), nullptr);
+    EXPECT_EQ(err.stage, FEDGATE_STAGE_OPEN);
+    EXPECT_NE(std::string(err.message).find("stage open: gateway '198.18.1.1:99999'"), std::string::npos) << err.message;
+    EXPECT_EQ(fedgate_open(c_gateway(gw).c_str(), "1.7", "127.0.0.1", "tcp", &err), nullptr);
+    EXPECT_NE(std::string(err.message).find("pid '1.7'"), std::string::npos) << err.message;
+    EXPECT_EQ(fedgate_open(c_gateway(gw).c_str(), "1.7.42", "127.0.0.1", "carrier-pigeon", &err), nullptr);
+    EXPECT_NE(std::string(err.message).find("transport 'carrier-pigeon'"), std::string::npos) << err.message;
+
+    fedgate_endpoint* a = fedgate_open(c_gateway(gw).c_str(), "1.7.42", "127.0.0.1", "tcp", &err);
+    ASSERT_NE(a, nullptr) << err.message;
+    EXPECT_EQ(fedgate_connect(a, "1.9.9", &err), nullptr);  // nobody registered it
+    EXPECT_EQ(err.stage, FEDGATE_STAGE_RESOLVE);
+    EXPECT_STREQ(fedgate_stage_name(err.stage), "resolve");
+    EXPECT_EQ(std::string(err.message).rfind("stage resolve: ", 0), 0u) << err.message;
+    EXPECT_EQ(fedgate_accept(a, 10, &err), nullptr);
+    EXPECT_EQ(err.stage, FEDGATE_STAGE_TIMEOUT);
+    fedgate_endpoint* r = fedgate_open(c_gateway(gw).c_str(), "1.7.44", "127.0.0.1", "rdma", &err);
+    ASSERT_NE(r, nullptr) << err.message;
+    EXPECT_EQ(fedgate_listen(r, &err), -1);  // no RDMA device in this library
+    EXPECT_EQ(err.stage, FEDGATE_STAGE_TRANSPORT);
+    fedgate_endpoint_close(r);
+    fedgate_endpoint_close(a);
+}
+
+TEST(CApi, ResolveFillsTheRecord) {
+    RelayGateway gw;
+    fedgate_error err{};
+    fedgate_endpoint* b = fedgate_open(c_gateway(gw).c_str(), "1.8.43", "127.0.0.1", "tcp", &err);
+    ASSERT_NE(b, nullptr) << err.message;
+    fedgate_record rec{};
+    ASSERT_EQ(fedgate_resolve(c_gateway(gw).c_str(), "1.8.43", "127.0.0.1", 2000, &rec, &err), 0) << err.message;
+    EXPECT_STREQ(rec.pid, "1.8.43");
+    EXPECT_STREQ(rec.transport, "tcp");
+    EXPECT_STREQ(rec.ipv4, "127.0.0.1");
+    EXPECT_NE(rec.port, 0);
+    EXPECT_EQ(fedgate_resolve(c_gateway(gw).c_str(), "1.9.9", "127.0.0.1", 2000, &rec, &err), -1);
+    EXPECT_EQ(err.stage, FEDGATE_STAGE_RESOLVE);
+    fedgate_endpoint_close(b);
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ public:
     // The path the handshake gave this connection's QP (the peer's QP, both PSNs, the negotiated
     // MTU); nullopt for tcp.
     virtual std::optional<RdmaPath> rdma_path() const { return std::nullopt; }
+    // The socket an event loop may poll for readability (tcp); -1 when there is none (RDMA).
+    virtual int native_handle() const { return -1; }
 
     // Fills `buf` completely; false if the peer closed first.
     bool recv_exact(std::span<uint8_t> buf) {
