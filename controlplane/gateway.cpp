@@ -14,9 +14,13 @@
 #include <rte_rcu_qsbr.h>
 #include <rte_pdump.h>
 #include <rte_ring.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <pthread.h>
 #include <sched.h>
@@ -50,6 +54,9 @@ constexpr uint32_t kMaxPingCount = 100;
 constexpr uint32_t kMaxPingTimeoutMs = 60'000;
 constexpr unsigned kEventRingSize = 4096;
 constexpr uint32_t kResolveTickMs = 10;
+// Empty polls the punt thread makes before it sleeps on its doorbell: a reply that follows at once
+// (the next message of a handshake) is taken without a sleep and a wake-up.
+constexpr uint32_t kPuntSpinPolls = 64;
 
 std::string mac_str(const rte_ether_addr& a) {
     char buf[RTE_ETHER_ADDR_FMT_SIZE];
@@ -175,6 +182,9 @@ void Gateway::start() {
                                    RING_F_SP_ENQ | RING_F_SC_DEQ);
     if (punt_ == nullptr || inject_ == nullptr || requests_ == nullptr || events_ == nullptr)
         throw std::runtime_error(std::string("cannot create the control rings: ") + rte_strerror(rte_errno));
+    wake_.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_.fd < 0)
+        throw std::runtime_error(std::string("cannot create the punt thread's eventfd: ") + std::strerror(errno));
 
     for (const PortConfig& pc : cfg_.ports) {
         ports_.push_back(bring_up_port(PortSetup{pc.name, pc.device}, pool_));
@@ -249,7 +259,7 @@ void Gateway::start() {
                rdma_mtu_for_ip_mtu(mtu));
     }
 
-    dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_, events_},
+    dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_, events_, &wake_},
                                       DpShared{maps_.get(), rcu_, 0, cache_.get(), roce_ ? &roce_->view() : nullptr});
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
     std::vector<CapturePort> capture_ports;
@@ -277,8 +287,14 @@ void Gateway::stop() {
     capture_.reset();  // while the lcore still runs: removing its callbacks waits for it to pass them
     if (pdump_) rte_pdump_uninit();
     pdump_ = false;
+    if (wake_.fd >= 0) {
+        const uint64_t one = 1;
+        (void)!::write(wake_.fd, &one, sizeof one);  // the punt thread sees stop_control_ now, not at its next tick
+    }
     if (punt_thread_.joinable()) punt_thread_.join();
     dp_.reset();
+    if (wake_.fd >= 0) ::close(wake_.fd);  // no lcore left to write it
+    wake_.fd = -1;
     resolution_.reset();
     auto_maps_.reset();
     roce_.reset();   // no lcore left to read it
@@ -319,7 +335,7 @@ uint64_t Gateway::now_ms() const {
 // The control side of the punt ring: hands each packet to whoever waits for it. The same thread
 // drives the resolution service: punted registrations and peer messages, the lcore's events, timers.
 void Gateway::punt_loop(const std::atomic<bool>& quit) {
-    IdleBackoff idle(IdleConfig{false, 64, 10, 2000});
+    uint32_t empty_polls = 0;
     rte_mbuf* pkts[Dataplane::kBurst];
     const uint16_t resolve_port = rte_cpu_to_be_16(cfg_.resolve.port);
     resolution_->start(now_ms());
@@ -359,8 +375,34 @@ void Gateway::punt_loop(const std::atomic<bool>& quit) {
             resolution_->tick(now);
             next_tick = now + kResolveTickMs;
         }
-        if (const uint32_t us = idle.after_poll(n + ne); us != 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+        // Idle: sleep until the lcore hands something over or the next tick comes. A back-off on a
+        // timer made every handshake message wait out a nap on each gateway it crossed.
+        if (n + ne != 0) {
+            empty_polls = 0;
+        } else if (++empty_polls >= kPuntSpinPolls) {
+            empty_polls = 0;
+            wait_for_punts(next_tick);
+        }
     }
+}
+
+void Gateway::wait_for_punts(uint64_t deadline_ms) {
+    wake_.sleeping.store(true, std::memory_order_relaxed);
+    // Pairs with the lcore's fence between its enqueue and its look at the flag (ControlWake): what
+    // it enqueued before it could see the flag is in the rings now, so it is not slept through.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const bool reload = reload_requested_ != nullptr && reload_requested_->load(std::memory_order_relaxed);
+    if (rte_ring_count(punt_) == 0 && rte_ring_count(events_) == 0 && !stop_control_.load() && !reload) {
+        const uint64_t now = now_ms();
+        pollfd p{wake_.fd, POLLIN, 0};
+        if (::poll(&p, 1, deadline_ms > now ? static_cast<int>(deadline_ms - now) : 0) == 1) {
+            uint64_t count;
+            (void)!::read(wake_.fd, &count, sizeof count);  // resets it: the next sleep waits again
+        }
+    }
+    // Down whether or not the lcore took it: a token the lcore writes after a timeout only makes the
+    // next sleep return at once.
+    wake_.sleeping.store(false, std::memory_order_relaxed);
 }
 
 void Gateway::send_udp(uint32_t dst, uint16_t dst_port, std::span<const uint8_t> d) {
@@ -515,7 +557,11 @@ nlohmann::ordered_json Gateway::stats() const {
           {"max_sessions", cfg_.nat.max_sessions},
           {"port_pools", pools}}},
         {"maps", {{"imports", table_->import_count()}, {"exports", table_->export_count()}}},
-        {"control", {{"punted", l.punted.get()}, {"injected", l.injected.get()}, {"unmatched_echo_replies", pinger_->unmatched_replies()}}},
+        {"control",
+         {{"punted", l.punted.get()},
+          {"injected", l.injected.get()},
+          {"wakeups", l.control_wakeups.get()},
+          {"unmatched_echo_replies", pinger_->unmatched_replies()}}},
         {"resolution", resolution_stats()},
     };
 }

@@ -58,6 +58,8 @@ private:
     void start();   // throws std::runtime_error on any start-up failure
     void stop();
     void punt_loop(const std::atomic<bool>& quit);
+    // Sleeps until the lcore rings the punt thread's doorbell or `deadline_ms` (the lcore's clock) comes.
+    void wait_for_punts(uint64_t deadline_ms);
 
     nlohmann::ordered_json status() const;
     nlohmann::ordered_json stats() const;
@@ -111,6 +113,7 @@ private:
     std::unique_ptr<MgmtServer> mgmt_;
     std::unique_ptr<MetricsServer> metrics_;  // null unless [metrics] listen is set
     std::thread punt_thread_;
+    ControlWake wake_;  // the punt thread's doorbell (its eventfd is made in start())
     std::atomic<bool> stop_control_{false};
     unsigned dp_lcore_ = 0;
     cpu_set_t control_cpus_{};  // where control threads run: the process's CPUs less the data plane's

@@ -230,6 +230,7 @@ void render_dataplane(Exposition& e, const json& stats) {
     counters(e, at(stats, "control"),
              {{"punted", "fedgate_control_punted", "Packets the data plane handed to the control threads"},
               {"injected", "fedgate_control_injected", "Packets the control threads sent through the data plane"},
+              {"wakeups", "fedgate_control_wakeups", "Times the data plane woke the sleeping punt thread"},
               {"unmatched_echo_replies", "fedgate_control_unmatched_echo_replies",
                "Echo replies that matched no ping in flight"}});
 }

@@ -463,7 +463,7 @@ constexpr Command kCommands[] = {
      "fedgate port mappings: counts, 32 from OFFSET (imports, then exports). Parameter: OFFSET (default 0)"},
     {"/fedgate/ports", "fedgate ports: status and counters. Parameter: a port name, for all of its counters"},
     {"/fedgate/sessions", "fedgate NAT sessions: counts, 32 from OFFSET. Parameter: OFFSET (default 0)"},
-    {"/fedgate/stats", "fedgate counters, as fedgatectl stats. Parameter: a section (nat, icmp, resolution, ...)"},
+    {"/fedgate/stats", "fedgate counters, as fedgatectl stats. Parameter: a section (nat, icmp, control, resolution, ...)"},
 };
 static_assert(std::size(kCommands) == std::size(kTelemetryCommands));
 static_assert(std::all_of(std::begin(kCommands), std::end(kCommands), [](const Command& c) {

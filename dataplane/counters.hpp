@@ -41,6 +41,7 @@ struct alignas(64) LcoreCounters {
     Counter echo_requests_received, echo_replies_sent;
     Counter neigh_learned, neigh_expired, neigh_failed;
     Counter punted, injected;
+    Counter control_wakeups;  // eventfd writes to a sleeping control thread (ControlWake)
 };
 
 }  // namespace fedgate

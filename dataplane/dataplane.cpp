@@ -15,6 +15,8 @@
 #include <rte_ring.h>
 #include <rte_udp.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 #include <stdexcept>
@@ -179,6 +181,7 @@ uint32_t Dataplane::poll_once() {
         next_tick_ms_ = now_ms_ + kTickMs;
     }
     flush();
+    wake_control();
     if (handled != 0) counters_.busy_polls.add();
     return handled;
 }
@@ -311,10 +314,7 @@ void Dataplane::handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& 
 
     if (p.icmp_type == RTE_IP_ICMP_ECHO_REPLY && p.icmp_code == 0) {
         // An answer to a ping the control threads sent.
-        if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0)
-            return drop(m, in, DropReason::punt_ring_full);
-        counters_.punted.add();
-        return;
+        return punt(m, in, nullptr);
     }
     if (p.icmp_type != RTE_IP_ICMP_ECHO_REQUEST || p.icmp_code != 0) return drop(m, in, DropReason::icmp_unhandled);
     counters_.echo_requests_received.add();
@@ -549,12 +549,12 @@ void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) 
     case MsgType::heartbeat:
     case MsgType::deregister:
         // The directory lives with the control threads; they check and answer.
-        return punt(m, in, resolve_counters_.punted_registrations);
+        return punt(m, in, &resolve_counters_.punted_registrations);
     case MsgType::conn_req:
     case MsgType::conn_rep:
     case MsgType::conn_rtu:
         // Connection handshakes: the control threads check the processes and relay.
-        return punt(m, in, resolve_counters_.punted_handshakes);
+        return punt(m, in, &resolve_counters_.punted_handshakes);
     default: return drop(m, in, DropReason::resolve_unexpected);
     }
 }
@@ -580,10 +580,29 @@ void Dataplane::handle_roce(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
     send_ipv4(m, e->out_port, e->next_hop);
 }
 
-void Dataplane::punt(rte_mbuf* m, uint16_t in, Counter& kind) {
+void Dataplane::punt(rte_mbuf* m, uint16_t in, Counter* kind) {
     if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0) return drop(m, in, DropReason::punt_ring_full);
+    wake_pending_ = true;
     counters_.punted.add();
-    kind.add();
+    if (kind != nullptr) kind->add();
+}
+
+void Dataplane::wake_control() {
+    if (!wake_pending_) return;
+    wake_pending_ = false;
+    ControlWake* w = rings_.wake;
+    if (w == nullptr) return;
+    // Orders our enqueues before the flag's load; pairs with the fence the control thread puts between
+    // setting the flag and re-checking the rings (ControlWake). One fence per poll that punted.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!w->sleeping.load(std::memory_order_relaxed) || !w->sleeping.exchange(false, std::memory_order_relaxed))
+        return;
+    // A syscall on the lcore, and a rare one: only when the control thread has gone to sleep, at most
+    // once per sleep (the flag is taken above), so never per packet while messages keep coming. An
+    // eventfd write neither blocks (EFD_NONBLOCK, and the counter never nears its limit) nor allocates;
+    // the kernel's wait-queue lock it takes is held for a wake-up, not across anything that waits.
+    const uint64_t one = 1;
+    if (::write(w->fd, &one, sizeof one) == sizeof one) counters_.control_wakeups.add();
 }
 
 void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket& p, const ParsedMsg& msg) {
@@ -639,10 +658,10 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
     case MsgType::announce:
     case MsgType::withdraw:
     case MsgType::ack:
-    case MsgType::sync: return punt(m, in, resolve_counters_.punted_peer_msgs);
+    case MsgType::sync: return punt(m, in, &resolve_counters_.punted_peer_msgs);
     case MsgType::hs_req:
     case MsgType::hs_rep:
-    case MsgType::hs_rtu: return punt(m, in, resolve_counters_.punted_handshakes);
+    case MsgType::hs_rtu: return punt(m, in, &resolve_counters_.punted_handshakes);
     default: return drop(m, in, DropReason::resolve_unexpected);
     }
 }
@@ -766,7 +785,8 @@ void Dataplane::learned(ProcessId key, const DmaAddress* record, uint16_t owner_
     ev.owner_party = owner_party;
     ev.negative = record == nullptr ? 1 : 0;
     if (rings_.events == nullptr || rte_ring_sp_enqueue_elem(rings_.events, &ev, sizeof ev) != 0)
-        resolve_counters_.events_lost.add();
+        return resolve_counters_.events_lost.add();
+    wake_pending_ = true;
 }
 
 }  // namespace fedgate

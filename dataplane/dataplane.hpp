@@ -89,6 +89,17 @@ struct ResolveEvent {
 };
 static_assert(sizeof(ResolveEvent) % 4 == 0);
 
+// The doorbell of the control thread that drains the punt and events rings, so it can sleep between
+// messages instead of polling. It sets `sleeping`, fences, re-checks both rings and only then waits on
+// `fd` (an eventfd, EFD_NONBLOCK); the lcore, after a poll that enqueued to either ring, fences,
+// reads `sleeping` and, only when it is set, takes it (exchange) and writes `fd`. The two fences make
+// a lost wake-up impossible: either the control thread sees the message or the lcore sees the flag.
+// Taking the flag keeps the lcore's write to one per sleep, never one per packet in a busy period.
+struct ControlWake {
+    int fd = -1;
+    alignas(64) std::atomic<bool> sleeping{false};  // its own cache line: the lcore reads it every poll that punts
+};
+
 // Rings between the lcore and the control threads. Both carry mbufs.
 //  punt:   lcore -> control, packets the control threads must see (echo replies to our pings, ...)
 //  inject: control -> lcore, IPv4 packets (no Ethernet header) the lcore routes, resolves and sends
@@ -101,6 +112,7 @@ struct DpRings {
     rte_ring* inject = nullptr;
     rte_ring* requests = nullptr;
     rte_ring* events = nullptr;
+    ControlWake* wake = nullptr;  // null: nobody sleeps on punt/events (tests that poll them)
 };
 
 // A question to the lcore. The control thread sizes `sessions` (reserve) before it asks, so the
@@ -202,7 +214,10 @@ private:
     void handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_roce(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket& p, const ParsedMsg& msg);
-    void punt(rte_mbuf* m, uint16_t in, Counter& kind);  // to the control threads, counted also as `kind`
+    // To the control threads, counted also as `kind` (when not null).
+    void punt(rte_mbuf* m, uint16_t in, Counter* kind);
+    // After a poll that handed the control threads something: rings their doorbell if they sleep.
+    void wake_control();
     // Builds and routes one resolution datagram from our address on the way to `dst` (network order).
     // A peer message (peer >= 0) is stamped with our channel-0 seq and sealed with the peer's key.
     // `body_sum`, when not 0, is the one's-complement sum of the body from `summed_from` on, known
@@ -255,6 +270,7 @@ private:
     std::unique_ptr<Resolver> resolver_;
     SeqClock seq_;  // our channel 0
     rte_mbuf* spare_ = nullptr;  // a request's mbuf, free for the reply send_message builds next
+    bool wake_pending_ = false;  // this poll enqueued to punt or events
     ResolveDpCounters resolve_counters_;
 };
 

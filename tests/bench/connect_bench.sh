@@ -7,7 +7,9 @@
 #    then the tcp data channel through the automatic mappings. Reported: setups per second and
 #    p50/p99 setup latency. Then the same with 8 threads at once. Reference: plain TCP connects
 #    (connect + close, from python3 on node a) to the same listener through the same automatic
-#    import/export pair, i.e. the same port-map path without the handshake.
+#    import/export pair, i.e. the same port-map path without the handshake. Reported as ratios:
+#    setup p50 / connect p50, and setups/s / connects/s; beside them, how often each gateway's
+#    lcore woke its sleeping punt thread (stats control.wakeups) during each run.
 # 2. Throughput: one connection sends BYTES over the tcp backend (with SHA-256 on both sides, as
 #    fedgate-node always does); reference: iperf3 (one TCP stream, 10 s) through a mapping pair of
 #    the same two gateways to the same node. Reported as Mbit/s and the ratio.
@@ -65,20 +67,29 @@ PIDS+=($!)
 lab_wait "the listener" grep -q "^listening 2.7.42" "$WORK/listen"
 lab_wait "A to learn 2.7.42" lab_ctl a dir show 2.7.42
 
+# control.wakeups of gateway a or b (n/a on a build without the counter).
+wakeups() { lab_json "$1" "r['control'].get('wakeups', 'n/a')" stats; }
+delta() { if [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]]; then echo $(($2 - $1)); else echo n/a; fi; }
+
 echo "-- 1. setup: sequential, then 8 at once"
+wa0=$(wakeups a) wb0=$(wakeups b)
 t0=$(date +%s.%N)
 in_node a connect --pid 1.3.100 --to 2.7.42 --bytes 0 --repeat "$COUNT" --json >"$WORK/seq" 2>"$WORK/seq.err" || true
 t1=$(date +%s.%N)
+wa1=$(wakeups a) wb1=$(wakeups b)
 read -r ok bad p50 p99 < <(stats "$WORK/seq")
 rate=$(python3 -c "print(f'{$ok / ($t1 - $t0):.0f}')")
 result "fedgate connect, sequential: $ok ok, $bad failed, $rate setups/s (includes process start), p50 $p50 us, p99 $p99 us"
+result "  punt thread wake-ups: gateway A $(delta "$wa0" "$wa1"), gateway B $(delta "$wb0" "$wb1")"
 per=$((COUNT / 8))
 t0=$(date +%s.%N)
 in_node a connect --pid 1.3.101 --to 2.7.42 --bytes 0 --repeat "$per" --parallel 8 --json >"$WORK/par" 2>"$WORK/par.err" || { echo "  (some failed:"; sort "$WORK/par.err" | uniq -c | head -5; echo "  )"; }
 t1=$(date +%s.%N)
+wa2=$(wakeups a) wb2=$(wakeups b)
 read -r okp badp p50p p99p < <(stats "$WORK/par")
 ratep=$(python3 -c "print(f'{$okp / ($t1 - $t0):.0f}')")
 result "fedgate connect, 8 threads: $okp ok, $badp failed, $ratep setups/s, p50 $p50p us, p99 $p99p us"
+result "  punt thread wake-ups: gateway A $(delta "$wa1" "$wa2"), gateway B $(delta "$wb1" "$wb2")"
 
 # The reference needs the automatic import to stay: a holder keeps a connection's process alive.
 ip netns exec "$NS_A_NODE" "$NODE" --gateway "$A_IN_IP" --bind "$A_NODE_IP" connect --pid 1.3.102 --to 2.7.42 \
@@ -103,7 +114,8 @@ print(f"{n} {n / total:.0f} {lat[len(lat) // 2]:.0f} {lat[min(n - 1, int(0.99 * 
 PY
 read -r pn prate pp50 pp99 <"$WORK/plain"
 result "plain TCP connect, same port-map path: $pn connects, $prate connects/s, p50 $pp50 us, p99 $pp99 us"
-result "setup latency ratio (fedgate p50 / plain TCP p50): $(python3 -c "print(f'{$p50 / $pp50:.1f}')")"
+result "setup latency ratio (fedgate p50 / plain TCP p50): sequential $(python3 -c "print(f'{$p50 / $pp50:.1f}')"), 8 threads $(python3 -c "print(f'{$p50p / $pp50:.1f}')")"
+result "setup rate ratio (fedgate setups/s / plain TCP connects/s): sequential $(python3 -c "print(f'{$rate / $prate:.2f}')"), 8 threads $(python3 -c "print(f'{$ratep / $prate:.2f}')")"
 
 echo "-- 2. throughput: one tcp-backend connection beside iperf3"
 in_node a connect --pid 1.3.103 --to 2.7.42 --bytes "$BYTES" --json >"$WORK/bulk" 2>"$WORK/bulk.err"

@@ -8,7 +8,9 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -89,7 +91,7 @@ protected:
 
     void SetUp() override { make(DataplaneConfig{}); }
 
-    void make(const DataplaneConfig& cfg) {
+    void make(const DataplaneConfig& cfg, ControlWake* wake = nullptr) {
         teardown();
         static int seq = 0;
         for (int i = 0; i < 2; ++i) {
@@ -106,7 +108,7 @@ protected:
         pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, be("198.19.0.254"), {}};
         punt_ = rte_ring_create(("punt" + std::to_string(seq)).c_str(), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
         inject_ = rte_ring_create(("inj" + std::to_string(seq)).c_str(), 64, 0, RING_F_SC_DEQ);
-        dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_});
+        dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, nullptr, wake});
         gw_in_ = mac_of(ports_[0].handle.mac);
         gw_ext_ = mac_of(ports_[1].handle.mac);
     }
@@ -362,6 +364,75 @@ TEST_F(DataplaneTest, EchoReplyToUsIsPuntedToTheControlThreads) {
     EXPECT_EQ(dp_->counters().punted.get(), 1u);
 }
 
+// The punt thread's doorbell, as the gateway makes it: an eventfd, and the flag it raises to sleep.
+struct Doorbell {
+    ControlWake wake;
+    Doorbell() { wake.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+    ~Doorbell() { ::close(wake.fd); }
+    // What the lcore wrote since the last look (0: nothing; the eventfd adds the writes up).
+    uint64_t take() const {
+        uint64_t n = 0;
+        return ::read(wake.fd, &n, sizeof n) == sizeof n ? n : 0;
+    }
+    bool readable() const {
+        pollfd p{wake.fd, POLLIN, 0};
+        return ::poll(&p, 1, 0) == 1;
+    }
+};
+
+TEST_F(DataplaneTest, APuntRingsTheDoorbellOnlyWhenTheControlThreadSleepsAndOncePerSleep) {
+    Doorbell bell;
+    ASSERT_GE(bell.wake.fd, 0);
+    make(DataplaneConfig{}, &bell.wake);
+    const auto echo_reply = [&](uint16_t seq) {
+        return PacketBuilder().eth(gw_ext_, kPeerGw).ipv4("198.19.0.2", kExternalIp).icmp(0, 0, 0xf001, seq).payload(8).build();
+    };
+    const auto punted = [&] {
+        std::size_t n = 0;
+        for (void* m; rte_ring_dequeue(punt_, &m) == 0; ++n) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+        return n;
+    };
+
+    // Awake: the packet is punted, and no syscall is made.
+    receive(1, echo_reply(1));
+    dp_->poll_once();
+    EXPECT_EQ(punted(), 1u);
+    EXPECT_FALSE(bell.readable());
+    EXPECT_EQ(dp_->counters().control_wakeups.get(), 0u);
+
+    // Asleep, nothing punted (an echo request the lcore answers itself): no write, the flag stays.
+    bell.wake.sleeping.store(true);
+    receive(1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4("198.19.0.2", kExternalIp).icmp(8, 0, 0xf001, 2).payload(8).build());
+    dp_->poll_once();
+    EXPECT_EQ(sent(1).size(), 1u);
+    EXPECT_FALSE(bell.readable());
+    EXPECT_TRUE(bell.wake.sleeping.load());
+
+    // Asleep, two punts in one poll: one write, and the lcore takes the flag.
+    receive(1, echo_reply(3));
+    receive(1, echo_reply(4));
+    dp_->poll_once();
+    EXPECT_EQ(punted(), 2u);
+    EXPECT_EQ(bell.take(), 1u);
+    EXPECT_FALSE(bell.wake.sleeping.load());
+    EXPECT_EQ(dp_->counters().control_wakeups.get(), 1u);
+
+    // Still the same sleep (the control thread has not raised the flag again): no second write.
+    receive(1, echo_reply(5));
+    dp_->poll_once();
+    EXPECT_EQ(punted(), 1u);
+    EXPECT_FALSE(bell.readable());
+    EXPECT_EQ(dp_->counters().control_wakeups.get(), 1u);
+
+    // The next sleep is woken again.
+    bell.wake.sleeping.store(true);
+    receive(1, echo_reply(6));
+    dp_->poll_once();
+    EXPECT_EQ(bell.take(), 1u);
+    EXPECT_EQ(dp_->counters().control_wakeups.get(), 2u);
+    EXPECT_EQ(dp_->counters().punted.get(), 5u);
+}
+
 TEST_F(DataplaneTest, MalformedInjectedPacketIsDroppedNotSent) {
     auto bad = PacketBuilder().eth({}, {}).ipv4(kInternalIp, "198.18.1.50").icmp(8, 0, 1, 1).build();
     bad[14 + 10] ^= 0x55;  // IPv4 checksum
@@ -454,7 +525,7 @@ protected:
         cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey});
         events_ = rte_ring_create_elem("resolve_events", sizeof(ResolveEvent), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
         ASSERT_NE(events_, nullptr);
-        dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_},
+        dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_, &bell_.wake},
                                           DpShared{nullptr, nullptr, 0, &cache_});
     }
     void TearDown() override {
@@ -512,6 +583,7 @@ protected:
 
     ResolveCache cache_{64};
     rte_ring* events_ = nullptr;
+    Doorbell bell_;
 };
 
 TEST_F(ResolveDataplaneTest, CacheHitIsAnsweredByTheLcoreWithExactBytesAndChecksums) {
@@ -547,7 +619,8 @@ TEST_F(ResolveDataplaneTest, MissIsQueriedAtTheOwnerAndItsSignedAnswerRelayed) {
     EXPECT_EQ(load_be64(qb.target), target.value);
     EXPECT_EQ(qb.mode, static_cast<uint8_t>(QueryMode::directed));
 
-    // A forged answer changes nothing; the real one is relayed and reported to the control threads.
+    // A forged answer changes nothing; the real one is relayed and reported to the control threads,
+    // waking them from their sleep (the event alone, with nothing punted, rings the doorbell).
     const DmaAddress rec = record(target);
     AnswerBody a{};
     std::memcpy(a.query_id, qb.query_id, 8);
@@ -559,12 +632,17 @@ TEST_F(ResolveDataplaneTest, MissIsQueriedAtTheOwnerAndItsSignedAnswerRelayed) {
         return PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(kPort, kPort)
             .payload(message(MsgType::answer, 2, SeqClock::realtime_ns(), &a, sizeof a, &k)).build();
     };
+    bell_.wake.sleeping.store(true);
     receive(1, answer(wrong));
     dp_->poll_once();
     EXPECT_EQ(drops(1, DropReason::resolve_bad_mac), 1u);
     EXPECT_TRUE(sent(0).empty());
+    EXPECT_FALSE(bell_.readable());
     receive(1, answer(key));
     dp_->poll_once();
+    EXPECT_EQ(bell_.take(), 1u);
+    EXPECT_FALSE(bell_.wake.sleeping.load());
+    EXPECT_EQ(dp_->counters().punted.get(), 0u);
     const auto out = sent(0);
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(out[0], expected_reply(target, 77, ResolveStatus::ok, AnswerSource::directed, &rec));

@@ -45,7 +45,7 @@ const json kStats = json::parse(R"({
           "icmp_errors_translated": 0, "mss_clamped": 1, "max_sessions": 262144,
           "port_pools": {"external_tcp": {"used": 3, "free": 39997}, "internal_udp": {"used": 1, "free": 39999}}},
   "maps": {"imports": 2, "exports": 1},
-  "control": {"punted": 6, "injected": 3, "unmatched_echo_replies": 0},
+  "control": {"punted": 6, "injected": 3, "wakeups": 4, "unmatched_echo_replies": 0},
   "resolution": {
     "directory": {"local": 3, "registered": 4, "refreshed": 0, "replaced": 0, "deregistered": 1, "expired": 0,
                   "heartbeats": 40, "refused_wrong_party": 1, "refused_full": 0},
@@ -148,6 +148,19 @@ TEST(MetricsRender, GaugesForSessionsMappingsAndPools) {
     EXPECT_TRUE(has_line(t, R"(fedgate_mappings{kind="export"} 1)"));
     EXPECT_TRUE(has_line(t, R"(fedgate_nat_pool_ports{pool="external",proto="tcp",state="free"} 39997)"));
     EXPECT_TRUE(has_line(t, "fedgate_nat_translated_packets_total 77"));
+}
+
+TEST(MetricsRender, ControlCountersIncludeTheWakeupsOfThePuntThread) {
+    const std::string t = render_prometheus(kStats, kStatus);
+    EXPECT_TRUE(has_line(t, "fedgate_control_punted_total 6"));
+    EXPECT_TRUE(has_line(t, "fedgate_control_wakeups_total 4")) << t;
+    EXPECT_TRUE(has_line(t, "# TYPE fedgate_control_wakeups_total counter"));
+    // A stats reply from before the counter existed leaves the family out rather than showing null.
+    json old = kStats;
+    old["control"].erase("wakeups");
+    const std::string o = render_prometheus(old, kStatus);
+    EXPECT_EQ(o.find("fedgate_control_wakeups"), std::string::npos);
+    EXPECT_TRUE(valid_exposition(o));
 }
 
 TEST(MetricsRender, ResolutionHandshakesAndPeers) {

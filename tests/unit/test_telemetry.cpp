@@ -236,6 +236,7 @@ struct FakeGateway {
                 {"name":"external","rx_packets":20,"tx_packets":19,"drops":0,"drops_by_reason":{},"hw":{"ipackets":20}}],
                 "drops_by_reason":{"l4_unhandled":1,"no_route":0},
                 "icmp":{"echo_requests_received":5,"echo_replies_sent":5},
+                "control":{"punted":6,"injected":3,"wakeups":4,"unmatched_echo_replies":0},
                 "nat":{"sessions":70,"created":80,"expired":10,"refused_full":0,"port_alloc_miss":0,"max_sessions":262144},
                 "resolution":{"cache":{"entries":40,"capacity":262144,"local":10,"announced":25,"answered":3,"negative":2}}})");
         if (cmd == "map_list")
@@ -292,8 +293,10 @@ TEST(TelemetryReply, StatsIsFedgatectlStatsFittedOrOneSection) {
     EXPECT_EQ(reply(g, "/fedgate/stats"), fit(g({{"cmd", "stats"}})).value);
     EXPECT_EQ(reply(g, "/fedgate/stats", "icmp"), json::parse(R"({"echo_requests_received":5,"echo_replies_sent":5})"));
     EXPECT_EQ(reply(g, "/fedgate/stats", "ports")["1"]["name"], "external");
+    EXPECT_EQ(reply(g, "/fedgate/stats", "control"),
+              json::parse(R"({"punted":6,"injected":3,"wakeups":4,"unmatched_echo_replies":0})"));
     EXPECT_EQ(reply(g, "/fedgate/stats", "bogus")["error"],
-              "no stats section 'bogus' (ports, drops_by_reason, icmp, nat, resolution)");
+              "no stats section 'bogus' (ports, drops_by_reason, icmp, control, nat, resolution)");
 }
 
 TEST(TelemetryReply, PortsJoinStatusAndCountersAndOnePortHasThemAll) {
