@@ -254,9 +254,9 @@ void Gateway::start() {
     if (rs.port != 0) {
         roce_ = std::make_unique<RoceTranslations>(cfg_.connect.rdma_max_connections, dp_ports_,
                                                    [this] { rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID); });
-        resolution_->set_roce(roce_.get(), rdma_mtu_for_ip_mtu(mtu));
-        FG_LOG(INFO, gateway, "RoCE v2 translation: %u connections, RDMA MTU up to %u", roce_->capacity(),
-               rdma_mtu_for_ip_mtu(mtu));
+        const uint16_t rdma_mtu = rdma_mtu_for_ip_mtu(mtu);
+        resolution_->set_roce(roce_.get(), rdma_mtu);
+        FG_LOG(INFO, gateway, "RoCE v2 translation: %u connections, RDMA MTU up to %u", roce_->capacity(), rdma_mtu);
     }
 
     dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_, events_, &wake_},

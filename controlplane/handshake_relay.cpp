@@ -11,12 +11,6 @@
 namespace fedgate {
 namespace {
 
-std::string conn_id_str(uint64_t id) {
-    char buf[19];
-    std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(id));
-    return buf;
-}
-
 // The RDMA fields of `from` (QPN, PSN, MTU, GID, receive ring) into `to`.
 void put_rdma_fields(const ConnParams& from, ConnParams& to) {
     to.qpn = from.qpn;
@@ -29,23 +23,6 @@ void put_rdma_fields(const ConnParams& from, ConnParams& to) {
 }
 
 }  // namespace
-
-std::optional<uint32_t> gid_ipv4(const std::array<uint8_t, 16>& gid) {
-    for (int i = 0; i < 10; ++i)
-        if (gid[i] != 0) return std::nullopt;
-    if (gid[10] != 0xff || gid[11] != 0xff) return std::nullopt;
-    return uint32_t{gid[12]} << 24 | uint32_t{gid[13]} << 16 | uint32_t{gid[14]} << 8 | gid[15];
-}
-
-std::array<uint8_t, 16> ipv4_gid(uint32_t host_addr) {
-    std::array<uint8_t, 16> g{};
-    g[10] = g[11] = 0xff;
-    g[12] = static_cast<uint8_t>(host_addr >> 24);
-    g[13] = static_cast<uint8_t>(host_addr >> 16);
-    g[14] = static_cast<uint8_t>(host_addr >> 8);
-    g[15] = static_cast<uint8_t>(host_addr);
-    return g;
-}
 
 const char* relay_stage_name(RelayStage s) {
     switch (s) {
@@ -101,7 +78,7 @@ void HandshakeRelay::count_refused(ConnStatus s) { count_conn_status(counters_.r
 void HandshakeRelay::record_refusal(Role role, const ConnParams& req, uint16_t peer, Endpoint4 initiator,
                                     const ConnParams& rep, uint64_t now_ms) {
     count_refused(rep.status);
-    FG_LOG(DEBUG, connect, "handshake %s %s -> %s refused here: %s", conn_id_str(req.conn_id).c_str(),
+    FG_LOG(DEBUG, connect, "handshake %s %s -> %s refused here: %s", format_conn_id(req.conn_id).c_str(),
            format_process_id(req.initiator).c_str(), format_process_id(req.target).c_str(), conn_status_name(rep.status));
     if (find(req) != nullptr) return;
     if (Entry* e = insert(role, req, now_ms); e != nullptr) {
@@ -309,7 +286,7 @@ void HandshakeRelay::install_roce(Entry& e, uint64_t now_ms) {
         e.roce.installed = true;
         ++counters_.rdma_translated;
         FG_LOG(DEBUG, connect, "handshake %s: RoCE translation installed (internal vQPN %u, external vQPN %u)",
-               conn_id_str(c.conn_id).c_str(), c.internal_vqpn, c.external_vqpn);
+               format_conn_id(c.conn_id).c_str(), c.internal_vqpn, c.external_vqpn);
         return;
     }
     // Its vQPNs went back with the failure; the connection will see no packets.
@@ -428,7 +405,7 @@ void HandshakeRelay::client_rtu(Endpoint4 src, const ConnParams& p, uint64_t now
     e->updated_ms = now_ms;
     if (e->stage != RelayStage::established) {
         ++counters_.established;
-        FG_LOG(DEBUG, connect, "handshake %s %s -> %s established (%s)", conn_id_str(p.conn_id).c_str(),
+        FG_LOG(DEBUG, connect, "handshake %s %s -> %s established (%s)", format_conn_id(p.conn_id).c_str(),
                format_process_id(p.initiator).c_str(), format_process_id(p.target).c_str(),
                e->rep->caps == kCapRdma ? "roce_v2" : "tcp");
     }
@@ -491,7 +468,7 @@ nlohmann::ordered_json HandshakeRelay::list(std::size_t limit, uint64_t now_ms) 
         const char* transport = !e->rep || e->rep->status != ConnStatus::ok ? ""
                                 : e->rep->caps == kCapRdma                   ? "roce_v2"
                                                                              : "tcp";
-        out.push_back({{"conn_id", conn_id_str(e->req.conn_id)},
+        out.push_back({{"conn_id", format_conn_id(e->req.conn_id)},
                        {"initiator", format_process_id(e->req.initiator)},
                        {"target", format_process_id(e->req.target)},
                        {"role", role},

@@ -64,9 +64,6 @@ public:
     virtual uint16_t rdma_mtu_limit() = 0;
 };
 
-// The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d), host order; empty for any other GID.
-std::optional<uint32_t> gid_ipv4(const std::array<uint8_t, 16>& gid);
-std::array<uint8_t, 16> ipv4_gid(uint32_t host_addr);
 
 struct RelayCounters {
     uint64_t req_relayed = 0, rep_relayed = 0, rtu_relayed = 0, duplicates = 0, established = 0, timed_out = 0,

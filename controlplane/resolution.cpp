@@ -434,8 +434,7 @@ void ResolutionService::roce_release(RoceSide side, uint32_t vqpn) {
 bool ResolutionService::roce_install(const RoceConn& c) {
     if (roce_ == nullptr) return false;
     // A process that left while its handshake finished gets no translation.
-    const ProcessId local = c.local;
-    if (!dir_.find(local)) {
+    if (!dir_.find(c.local)) {
         roce_release(RoceSide::internal, c.internal_vqpn);
         roce_release(RoceSide::external, c.external_vqpn);
         return false;

@@ -9,22 +9,12 @@
 #include <random>
 #include <stdexcept>
 
+#include "controlplane/config.hpp"
 #include "controlplane/log.hpp"
+#include "proto/conn_wire.hpp"
 
 namespace fedgate {
 namespace {
-
-std::string ipv4_text(uint32_t host) {
-    char buf[INET_ADDRSTRLEN];
-    const in_addr a{htonl(host)};
-    return inet_ntop(AF_INET, &a, buf, sizeof buf) != nullptr ? buf : "?";
-}
-
-std::string conn_id_text(uint64_t id) {
-    char buf[19];
-    std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(id));
-    return buf;
-}
 
 bool forbidden_qpn(uint32_t q) { return q == 0 || q == 1 || q == kQpnMask; }  // QP0, QP1, multicast
 
@@ -164,7 +154,7 @@ std::size_t RoceTranslations::remove_if(Pred pred) {
             continue;
         }
         const RoceConn& c = it->second.conn;
-        FG_LOG(DEBUG, connect, "roce translation %s %s <-> %s removed", conn_id_text(c.conn_id).c_str(),
+        FG_LOG(DEBUG, connect, "roce translation %s %s <-> %s removed", format_conn_id(c.conn_id).c_str(),
                format_process_id(c.local).c_str(), format_process_id(c.remote).c_str());
         clear(RoceSide::internal, c.internal_vqpn);
         clear(RoceSide::external, c.external_vqpn);
@@ -216,15 +206,15 @@ nlohmann::ordered_json RoceTranslations::list(std::size_t limit, uint64_t now_ms
         const RoceConn& c = i.conn;
         const RoceEntry& to_peer = *view_.slot(RoceSide::internal, c.internal_vqpn);
         const RoceEntry& from_peer = *view_.slot(RoceSide::external, c.external_vqpn);
-        out.push_back({{"conn_id", conn_id_text(c.conn_id)},
+        out.push_back({{"conn_id", format_conn_id(c.conn_id)},
                        {"local", format_process_id(c.local)},
                        {"remote", format_process_id(c.remote)},
                        {"peer_party", c.peer_party},
-                       {"node", ipv4_text(c.node_addr)},
+                       {"node", format_ipv4(c.node_addr)},
                        {"node_qpn", c.node_qpn},
                        {"internal_vqpn", c.internal_vqpn},
                        {"external_vqpn", c.external_vqpn},
-                       {"peer", ipv4_text(c.peer_addr)},
+                       {"peer", format_ipv4(c.peer_addr)},
                        {"peer_vqpn", c.peer_vqpn},
                        {"to_peer", {{"packets", to_peer.packets.get()}, {"bytes", to_peer.bytes.get()}}},
                        {"from_peer", {{"packets", from_peer.packets.get()}, {"bytes", from_peer.bytes.get()}}},

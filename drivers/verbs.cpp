@@ -60,11 +60,6 @@ bool is_zero(const std::array<uint8_t, 16>& g) {
     return std::all_of(g.begin(), g.end(), [](uint8_t b) { return b == 0; });
 }
 bool is_link_local(const std::array<uint8_t, 16>& g) { return g[0] == 0xfe && (g[1] & 0xc0) == 0x80; }
-bool is_ipv4_mapped(const std::array<uint8_t, 16>& g) {
-    return std::all_of(g.begin(), g.begin() + 10, [](uint8_t b) { return b == 0; }) && g[10] == 0xff &&
-           g[11] == 0xff;
-}
-uint32_t mapped_ipv4(const std::array<uint8_t, 16>& g) { return load_be32(g.data() + 12); }
 bool same_subnet(uint32_t a, uint32_t b, uint8_t prefix_len) {
     if (prefix_len == 0) return true;
     const uint32_t mask = prefix_len >= 32 ? ~0u : ~0u << (32 - prefix_len);
@@ -151,8 +146,9 @@ std::optional<uint32_t> select_gid(std::span<const GidEntry> table, const RdmaOp
     if (o.gid_index) return user_gid(table, *o.gid_index, why);
     std::optional<uint32_t> best;
     for (const GidEntry& e : table) {
-        if (!usable_v2(e) || !is_ipv4_mapped(e.gid)) continue;
-        if (o.local_ipv4 != 0 && !same_subnet(mapped_ipv4(e.gid), o.local_ipv4, o.prefix_len)) continue;
+        const auto mapped = gid_ipv4(e.gid);  // proto/conn_wire.hpp
+        if (!usable_v2(e) || !mapped) continue;
+        if (o.local_ipv4 != 0 && !same_subnet(*mapped, o.local_ipv4, o.prefix_len)) continue;
         if (!best || e.index < *best) best = e.index;
     }
     if (!best && why) {

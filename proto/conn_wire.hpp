@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "resolve_wire.hpp"
 
@@ -104,5 +105,12 @@ void encode(const ConnParams& p, ConnBody& w);
 // Rejects a zero conn_id or initiator or target, an unknown status, caps outside kCapAll, a QP
 // number or PSN over 24 bits, and non-zero reserved bytes.
 std::optional<ConnParams> decode(const ConnBody& w);
+
+// The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d, what RoCE v2 uses for an IPv4 address),
+// host order; empty for any other GID.
+std::optional<uint32_t> gid_ipv4(const std::array<uint8_t, 16>& gid);
+std::array<uint8_t, 16> ipv4_gid(uint32_t host_addr);
+// A connection ID as every tool prints it: "0x" and 16 hex digits.
+std::string format_conn_id(uint64_t id);
 
 }  // namespace fedgate

@@ -4,6 +4,7 @@
 #include "proto/conn_wire.hpp"
 
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 
 namespace fedgate {
@@ -275,6 +276,29 @@ std::optional<Transport> choose_transport(uint8_t caps_a, uint8_t caps_b) {
     if (both & kCapRdma) return Transport::roce_v2;
     if (both & kCapTcp) return Transport::tcp;
     return std::nullopt;
+}
+
+std::optional<uint32_t> gid_ipv4(const std::array<uint8_t, 16>& gid) {
+    for (int i = 0; i < 10; ++i)
+        if (gid[i] != 0) return std::nullopt;
+    if (gid[10] != 0xff || gid[11] != 0xff) return std::nullopt;
+    return uint32_t{gid[12]} << 24 | uint32_t{gid[13]} << 16 | uint32_t{gid[14]} << 8 | gid[15];
+}
+
+std::array<uint8_t, 16> ipv4_gid(uint32_t host_addr) {
+    std::array<uint8_t, 16> g{};
+    g[10] = g[11] = 0xff;
+    g[12] = static_cast<uint8_t>(host_addr >> 24);
+    g[13] = static_cast<uint8_t>(host_addr >> 16);
+    g[14] = static_cast<uint8_t>(host_addr >> 8);
+    g[15] = static_cast<uint8_t>(host_addr);
+    return g;
+}
+
+std::string format_conn_id(uint64_t id) {
+    char buf[19];
+    std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(id));
+    return buf;
 }
 
 bool valid_rdma_mtu(uint16_t mtu) { return mtu == 256 || mtu == 512 || mtu == 1024 || mtu == 2048 || mtu == 4096; }

@@ -314,15 +314,6 @@ std::array<uint8_t, 16> check_gid(std::string_view cmd, const std::string& v) {
     return gid;
 }
 
-// ::ffff:A.B.C.D, the GID RoCE v2 uses for an IPv4 address.
-std::array<uint8_t, 16> ipv4_mapped_gid(uint32_t ipv4) {
-    std::array<uint8_t, 16> gid{};
-    gid[10] = 0xff;
-    gid[11] = 0xff;
-    store_be32(gid.data() + 12, ipv4);
-    return gid;
-}
-
 uint32_t random_epoch() {
     std::random_device rd;
     return std::uniform_int_distribution<uint32_t>(1, UINT32_MAX)(rd);
@@ -487,7 +478,7 @@ int run_register(const Invocation& inv) {
     const auto epoch = opt(inv.vm, "epoch");
     rec.epoch = epoch ? static_cast<uint32_t>(check_uint(cmd, "epoch", *epoch, 0, UINT32_MAX)) : random_epoch();
     const auto gid = opt(inv.vm, "gid");
-    rec.gid = gid ? check_gid(cmd, *gid) : ipv4_mapped_gid(listen.ipv4);
+    rec.gid = gid ? check_gid(cmd, *gid) : ipv4_gid(listen.ipv4);
     if (auto qpn = opt(inv.vm, "qpn"))
         rec.qpn = static_cast<uint32_t>(check_uint(cmd, "qpn", *qpn, 0, kMaxQpn, true));
     if (auto mtu = opt(inv.vm, "mtu")) {
@@ -749,7 +740,7 @@ RdmaQpParams handshake_only_qp(const HandshakeOnlyArgs& a, const EndpointOptions
     q.qpn = a.qpn;
     q.psn = a.psn;
     q.mtu = a.mtu;
-    q.gid = a.gid.value_or(ipv4_mapped_gid(o.bind_ipv4));
+    q.gid = a.gid.value_or(ipv4_gid(o.bind_ipv4));
     return q;
 }
 
