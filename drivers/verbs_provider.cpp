@@ -13,18 +13,13 @@ public:
         return RdmaQpParams{l.qpn, l.psn, l.mtu, l.gid, l.rkey, l.raddr, l.rlen};
     }
 
-    std::unique_ptr<Connection> connect(const RdmaPath& path, uint64_t conn_id, ProcessId local_pid, ProcessId peer_pid,
-                                        ConnStage& failed, std::string& error) override {
-        if (conn_ == nullptr) {
-            failed = ConnStage::rtr;
-            error = "this QP was already connected";
-            return nullptr;
-        }
+    std::unique_ptr<Connection> connect(const RdmaPath& path, uint64_t conn_id, ProcessId local_pid,
+                                        ProcessId peer_pid) override {
+        if (conn_ == nullptr) throw Error(ConnStage::rtr, "this QP was already connected");
         RdmaConnection::Stage stage = RdmaConnection::Stage::rtr;
-        if (!conn_->connect(remote_qp(path), local_pid, peer_pid, conn_id, error, &stage)) {
-            failed = stage == RdmaConnection::Stage::rtr ? ConnStage::rtr : ConnStage::rts;
-            return nullptr;
-        }
+        std::string error;
+        if (!conn_->connect(remote_qp(path), local_pid, peer_pid, conn_id, error, &stage))
+            throw Error(stage == RdmaConnection::Stage::rtr ? ConnStage::rtr : ConnStage::rts, error);
         return std::move(conn_);
     }
 
@@ -41,31 +36,35 @@ RemoteQp remote_qp(const RdmaPath& path) {
 
 VerbsProvider::VerbsProvider(VerbsApi& api, RdmaOptions options) : api_(api), options_(std::move(options)) {}
 
-bool VerbsProvider::open(std::string& error) {
+void VerbsProvider::open() {
+    std::string error;
     device_ = RdmaDevice::open(api_, options_, error);
-    if (device_ == nullptr) return false;
+    if (device_ == nullptr) throw Error(ConnStage::transport, error);
     first_ = RdmaConnection::prepare(*device_, error);
     if (first_ == nullptr) {
-        error = "RDMA device " + device_->name() + " cannot make a queue pair: " + error;
+        const std::string name = device_->name();
         device_.reset();
-        return false;
+        throw Error(ConnStage::transport, "RDMA device " + name + " cannot make a queue pair: " + error);
     }
     params_ = RdmaDeviceParams{device_->gid(), first_->local().qpn, device_->active_mtu_bytes()};
-    return true;
 }
 
-std::unique_ptr<PreparedQp> VerbsProvider::prepare(std::string& error) {
-    if (device_ == nullptr) {
-        error = "no RDMA device is open";
-        return nullptr;
-    }
+std::unique_ptr<PreparedQp> VerbsProvider::prepare() {
+    if (device_ == nullptr) throw Error(ConnStage::transport, "no RDMA device is open");
+    std::string error;
     {
         std::lock_guard lock(first_mu_);
         if (first_ != nullptr) return std::make_unique<VerbsPreparedQp>(std::move(first_));
     }
     std::unique_ptr<RdmaConnection> c = RdmaConnection::prepare(*device_, error);
-    if (c == nullptr) return nullptr;
+    if (c == nullptr) throw Error(ConnStage::transport, error);
     return std::make_unique<VerbsPreparedQp>(std::move(c));
+}
+
+std::unique_ptr<RdmaProvider> make_verbs_provider(uint32_t node_ipv4) {
+    RdmaOptions r;
+    r.local_ipv4 = node_ipv4;
+    return std::make_unique<VerbsProvider>(real_verbs(), r);
 }
 
 }  // namespace fedgate

@@ -17,9 +17,9 @@ public:
     // `api`: real_verbs() in programs, a FakeVerbs in tests; it outlives the provider.
     VerbsProvider(VerbsApi& api, RdmaOptions options);
     // Opens the device and prepares the first QP, whose number the record carries.
-    bool open(std::string& error) override;
+    void open() override;
     // The QP open() prepared the first time, a new one after that.
-    std::unique_ptr<PreparedQp> prepare(std::string& error) override;
+    std::unique_ptr<PreparedQp> prepare() override;
     // The GID chosen on the opened port, the port's active MTU and the first QP's number.
     RdmaDeviceParams device_params() const override { return params_; }
     const RdmaDevice* device() const { return device_.get(); }

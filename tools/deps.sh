@@ -10,8 +10,10 @@ PKGS=(
   libdpdk-dev dpdk dpdk-dev libibverbs-dev librdmacm-dev libtbb-dev
   libboost-program-options-dev libtomlplusplus-dev nlohmann-json3-dev libssl-dev
   libpcap-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # the Python module and the federated-learning example
+  pybind11-dev python3-dev python3-pytest python3-numpy python3-grpcio
   # test topology and traffic
-  iproute2 iputils-ping ethtool procps python3 python3-grpcio python3-scapy iperf3 curl nftables tshark
+  iproute2 iputils-ping ethtool procps python3 python3-scapy iperf3 curl nftables tshark
   # the service and man pages: systemd-analyze verify, groff and man to render them
   systemd groff-base man-db
 )

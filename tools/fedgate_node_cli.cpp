@@ -33,7 +33,6 @@
 #include "client/src/digest_stream.hpp"
 #include "fedgate/endpoint.hpp"
 #include "fedgate/handshake_only.hpp"
-#include "drivers/verbs_provider.hpp"
 #include "fedgate/node_client.hpp"
 #include "tools/command_table.hpp"
 
@@ -728,11 +727,7 @@ EndpointOptions endpoint_options(const Invocation& inv, ProcessId pid, Transport
 
 // The verbs backend on the real libibverbs, choosing a GID on the subnet of the node's address.
 // Where no device exists, auto means tcp (said once on stderr) and rdma fails at stage transport.
-std::unique_ptr<RdmaProvider> verbs_provider(const EndpointOptions& o) {
-    RdmaOptions r;
-    r.local_ipv4 = o.bind_ipv4;
-    return std::make_unique<VerbsProvider>(real_verbs(), r);
-}
+std::unique_ptr<RdmaProvider> verbs_provider(const EndpointOptions& o) { return make_verbs_provider(o.bind_ipv4); }
 
 // The QP a handshake-only side reports: the given values, the GID defaulting to the node's address.
 RdmaQpParams handshake_only_qp(const HandshakeOnlyArgs& a, const EndpointOptions& o) {
@@ -817,10 +812,10 @@ int run_listen(const Invocation& inv) {
     if (handshake_only) local = handshake_only_qp(*handshake_only, o);
     const std::unique_ptr<RdmaProvider> rdma = rdma_provider(o, local);
     Endpoint ep(o, rdma.get());
-    ConnectError err;
-    if (!ep.listen(err)) {
-        inv.err << kProg << ": listen " << format_process_id(pid) << ": stage " << conn_stage_name(err.stage) << ": "
-                << err.message << "\n";
+    try {
+        ep.listen();
+    } catch (const Error& e) {
+        inv.err << kProg << ": listen " << format_process_id(pid) << ": " << e.what() << "\n";
         return 1;
     }
     std::ostringstream ready;
@@ -892,13 +887,14 @@ struct ConnectOutcome {
 ConnectOutcome connect_once(Endpoint& ep, ProcessId to, uint64_t bytes, uint64_t seed, bool handshake_only) {
     ConnectOutcome o;
     const auto t0 = Clock::now();
-    ConnectError err;
-    std::unique_ptr<Connection> c = ep.connect(to, err);
-    o.setup_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    if (!c) {
-        o.error = err;
-        return o;
+    std::unique_ptr<Connection> c;
+    try {
+        c = ep.connect(to);
+    } catch (const Error& e) {
+        o.error = ConnectError{e.stage(), e.why()};
     }
+    o.setup_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (o.error) return o;
     o.transport = c->transport();
     o.conn_id = c->conn_id();
     if (handshake_only) {

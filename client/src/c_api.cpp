@@ -47,6 +47,16 @@ void set_error(fedgate_error* err, int stage, const std::string& message) {
     std::snprintf(err->message, sizeof err->message, "stage %s: %s", stage_text(stage), message.c_str());
 }
 
+int c_stage(ConnStage s) { return s == ConnStage::open ? FEDGATE_STAGE_OPEN : static_cast<int>(s); }
+
+// A C++ failure as a fedgate_error: an Error keeps its stage, anything else gets `stage`.
+void set_error_from(fedgate_error* err, const std::exception& e, int stage) {
+    if (const auto* fe = dynamic_cast<const fedgate::Error*>(&e))
+        set_error(err, c_stage(fe->stage()), fe->why());
+    else
+        set_error(err, stage, e.what());
+}
+
 template <typename T>
 T* null_arg(fedgate_error* err, int stage, const char* what) {
     set_error(err, stage, std::string(what) + " is NULL");
@@ -119,7 +129,7 @@ fedgate_endpoint* fedgate_open(const char* gateway, const char* pid, const char*
     try {
         return new fedgate_endpoint{std::make_unique<fedgate::Endpoint>(std::move(o))};
     } catch (const std::exception& e) {
-        set_error(err, FEDGATE_STAGE_OPEN, e.what());
+        set_error_from(err, e, FEDGATE_STAGE_OPEN);
         return nullptr;
     }
 }
@@ -128,9 +138,13 @@ void fedgate_endpoint_close(fedgate_endpoint* ep) { delete ep; }
 
 int fedgate_listen(fedgate_endpoint* ep, fedgate_error* err) {
     if (ep == nullptr) return set_error(err, FEDGATE_STAGE_ARGUMENT, "endpoint is NULL"), -1;
-    fedgate::ConnectError e;
-    if (!ep->ep->listen(e)) return set_error(err, static_cast<int>(e.stage), e.message), -1;
-    return 0;
+    try {
+        ep->ep->listen();
+        return 0;
+    } catch (const std::exception& e) {
+        set_error_from(err, e, FEDGATE_STAGE_TRANSPORT);
+        return -1;
+    }
 }
 
 fedgate_conn* fedgate_accept(fedgate_endpoint* ep, int timeout_ms, fedgate_error* err) {
@@ -156,10 +170,11 @@ fedgate_conn* fedgate_connect(fedgate_endpoint* ep, const char* target, fedgate_
         set_error(err, FEDGATE_STAGE_ARGUMENT, std::string("target '") + target + "' is not a process ID");
         return nullptr;
     }
-    fedgate::ConnectError e;
-    auto c = ep->ep->connect(*id, e);
-    if (c == nullptr) {
-        set_error(err, static_cast<int>(e.stage), e.message);
+    std::unique_ptr<fedgate::Connection> c;
+    try {
+        c = ep->ep->connect(*id);
+    } catch (const std::exception& e) {
+        set_error_from(err, e, FEDGATE_STAGE_REQ);
         return nullptr;
     }
     const std::string peer = fedgate::format_process_id(c->peer_pid());
@@ -173,7 +188,7 @@ ssize_t fedgate_send(fedgate_conn* c, const void* buf, size_t len, fedgate_error
         c->c->send_all({static_cast<const uint8_t*>(buf), len});
         return static_cast<ssize_t>(len);
     } catch (const std::exception& e) {
-        set_error(err, FEDGATE_STAGE_DATA, e.what());
+        set_error_from(err, e, FEDGATE_STAGE_DATA);
         return -1;
     }
 }
@@ -184,7 +199,7 @@ ssize_t fedgate_recv(fedgate_conn* c, void* buf, size_t len, fedgate_error* err)
     try {
         return static_cast<ssize_t>(c->c->recv_some({static_cast<uint8_t*>(buf), len}));
     } catch (const std::exception& e) {
-        set_error(err, FEDGATE_STAGE_DATA, e.what());
+        set_error_from(err, e, FEDGATE_STAGE_DATA);
         return -1;
     }
 }
@@ -195,7 +210,7 @@ int fedgate_shutdown(fedgate_conn* c, fedgate_error* err) {
         c->c->shutdown_send();
         return 0;
     } catch (const std::exception& e) {
-        set_error(err, FEDGATE_STAGE_DATA, e.what());
+        set_error_from(err, e, FEDGATE_STAGE_DATA);
         return -1;
     }
 }

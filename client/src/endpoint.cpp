@@ -15,7 +15,17 @@
 #include <iostream>
 #include <stdexcept>
 #include <system_error>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
+#include "fedgate/handshake.hpp"
 #include "fedgate/node_client.hpp"
 #include "client/src/socket_util.hpp"
 #include "client/src/tcp_backend.hpp"
@@ -38,18 +48,149 @@ uint64_t derived_timeout_ms(const EndpointOptions& o) {
 
 EndpointOptions checked(EndpointOptions o) {
     if (o.gateway_ipv4 == 0 || o.gateway_port == 0)
-        throw std::invalid_argument("Endpoint: the gateway address and port are required");
+        throw Error(ConnStage::open, "the gateway address and port are required");
     if (o.pid.value == 0 || o.pid.party() == 0)
-        throw std::invalid_argument("Endpoint: the process ID needs a party (got " + format_process_id(o.pid) + ")");
-    if (o.bind_ipv4 == 0) throw std::invalid_argument("Endpoint: bind_ipv4, this node's own address, is required");
-    if (o.tries < 1) throw std::invalid_argument("Endpoint: tries must be at least 1");
-    if (o.try_timeout.count() < 1) throw std::invalid_argument("Endpoint: the try timeout must be at least 1 ms");
-    if (o.accept_backlog < 1) throw std::invalid_argument("Endpoint: the accept backlog must be at least 1");
+        throw Error(ConnStage::open, "the process ID needs a party (got " + format_process_id(o.pid) + ")");
+    if (o.bind_ipv4 == 0) throw Error(ConnStage::open, "bind_ipv4, this node's own address, is required");
+    if (o.tries < 1) throw Error(ConnStage::open, "tries must be at least 1");
+    if (o.try_timeout.count() < 1) throw Error(ConnStage::open, "the try timeout must be at least 1 ms");
+    if (o.accept_backlog < 1) throw Error(ConnStage::open, "the accept backlog must be at least 1");
     if (o.epoch == 0) o.epoch = static_cast<uint32_t>(std::max<std::time_t>(std::time(nullptr), 1));
     return o;
 }
 
+// The RDMA hook throws (error.hpp); inside, failures are values the handshake passes on.
+std::unique_ptr<PreparedQp> try_prepare(RdmaProvider& rdma, std::string& error) {
+    try {
+        return rdma.prepare();
+    } catch (const Error& e) {
+        error = e.why();
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    return nullptr;
+}
+
+std::unique_ptr<Connection> try_connect(PreparedQp& qp, const RdmaPath& path, uint64_t conn_id, ProcessId local_pid,
+                                        ProcessId peer_pid, ConnStage& failed, std::string& error) {
+    try {
+        return qp.connect(path, conn_id, local_pid, peer_pid);
+    } catch (const Error& e) {
+        failed = e.stage() == ConnStage::rts ? ConnStage::rts : ConnStage::rtr;
+        error = e.why();
+    } catch (const std::exception& e) {
+        failed = ConnStage::rtr;
+        error = e.what();
+    }
+    return nullptr;
+}
+
 }  // namespace
+
+class Endpoint::Impl {
+public:
+    // What Endpoint's members say (endpoint.hpp); failures of listen() and connect() are values
+    // here and thrown by Endpoint. `rdma`: null means no RDMA device.
+    Impl(EndpointOptions options, RdmaProvider* rdma);
+    ~Impl();  // stop()
+    Impl(const Impl&) = delete;
+    Impl& operator=(const Impl&) = delete;
+
+    // Accept connections from now on (before, REQs are answered not_listening). False with
+    // `err` (stage transport) when the transport asked for cannot be offered.
+    bool listen(ConnectError& err);
+    // The next established incoming connection, or null after `timeout` (or once stopped).
+    std::unique_ptr<Connection> accept(std::chrono::milliseconds timeout);
+    // A connection to `target` (party 0: the gateway finds the owner), over `transport` (default:
+    // the endpoint's). Null with `err` naming the stage on failure. Thread-safe.
+    std::unique_ptr<Connection> connect(ProcessId target, ConnectError& err,
+                                        std::optional<TransportChoice> transport = std::nullopt);
+    // Stops the thread, fails pending connects, deregisters. Idempotent.
+    void stop();
+
+    ProcessId pid() const { return options_.pid; }
+    uint32_t epoch() const { return options_.epoch; }
+    uint16_t tcp_port() const { return tcp_port_; }  // 0 when tcp is not offered
+    bool rdma_available() const { return rdma_ready_; }
+    EndpointStats stats() const;
+    const EndpointOptions& options() const { return options_; }
+
+private:
+    struct Active {
+        ActiveHandshake hs;
+        uint64_t finished_ms = 0;  // done: kept this long to answer duplicate REPs with RTU
+    };
+    struct PendingSocket {  // accepted tcp socket whose preamble is not complete yet
+        int fd = -1;
+        std::size_t got = 0;
+        uint8_t buf[32] = {};
+        uint64_t deadline_ms = 0;
+    };
+
+    void open_sockets();
+    void open_rdma(RdmaProvider* rdma);
+    void register_now();
+    void deregister_now();
+    // Request/reply on the control socket while the thread is not running (start, stop).
+    std::optional<RegReplyBody> reg_exchange(MsgType type, std::span<const uint8_t> body, int tries,
+                                             std::string& error);
+    void close_sockets();
+    uint8_t offer_caps() const;
+    DmaAddress record() const;
+    bool caps_for(TransportChoice t, uint8_t& caps, ConnectError& err) const;
+    std::unique_ptr<Connection> fail(ConnectError& err, ConnStage stage, std::string message);
+    std::unique_ptr<Connection> run_handshake(const ConnParams& req, std::unique_ptr<PreparedQp> qp,
+                                              ConnectError& err);
+    std::unique_ptr<Connection> finish_connect(const std::shared_ptr<Active>& a, PreparedQp* qp, ConnectError& err);
+
+    // The background thread and what it does (all under mu_ except the socket calls).
+    void run();
+    int poll_timeout_ms(uint64_t now);
+    void on_datagram(std::span<const uint8_t> d, uint64_t now);
+    void on_reg_reply(const ParsedMsg& m);
+    void on_conn_req(const ConnParams& req, uint64_t now);
+    void on_conn_rep(const ConnParams& rep);
+    void on_conn_rtu(const ConnParams& rtu);
+    PassiveOffer offer_for(const ConnParams& req, std::unique_ptr<Connection>& rdma_conn);
+    void accept_tcp(uint64_t now);
+    void read_preamble(PendingSocket& s);
+    void timers(uint64_t now);
+    void send_heartbeat(uint64_t now);
+    void send(MsgType type, const ConnParams& p);
+    void send_raw(MsgType type, uint64_t seq, std::span<const uint8_t> body);
+    void wake();
+    uint64_t now_ms() const;
+    bool from_gateway(const sockaddr_in& from) const;
+
+    EndpointOptions options_;
+    RdmaProvider* rdma_ = nullptr;
+    bool rdma_ready_ = false;
+    RdmaDeviceParams rdma_params_;  // what record() registers, read once at open
+    std::string rdma_error_;
+    uint64_t handshake_timeout_ms_ = 0;
+    int ctl_fd_ = -1;
+    int tcp_fd_ = -1;
+    int wake_fd_ = -1;
+    uint16_t tcp_port_ = 0;
+    uint32_t heartbeat_ms_ = kEndpointHeartbeatMs;
+
+    std::mutex send_mu_;  // ctl_fd_ stays open while a send uses it (stop() closes it)
+    mutable std::mutex mu_;  // everything below
+    std::condition_variable changed_;  // a handshake moved, a connection was queued, or stopping
+    bool listening_ = false;
+    bool stopping_ = false;
+    std::mt19937_64 rng_;
+    std::unordered_map<uint64_t, std::shared_ptr<Active>> active_;  // by conn_id
+    PassiveHandshakes passive_;
+    std::map<PassiveHandshakes::Key, std::unique_ptr<Connection>> rdma_half_open_;  // until RTU
+    std::deque<std::unique_ptr<Connection>> accepted_;
+    std::vector<PendingSocket> pending_;  // the thread's own (stop() closes them after it ended)
+    uint64_t next_heartbeat_ms_ = 0;
+    uint64_t heartbeat_seq_ = 0, reg_seq_ = 0;
+    EndpointStats stats_;
+    std::thread thread_;
+};
+
 
 const char* transport_choice_name(TransportChoice t) {
     switch (t) {
@@ -70,7 +211,7 @@ std::optional<TransportChoice> parse_transport_choice(std::string_view s) {
 // ---------------------------------------------------------------------------------------------
 // Start and stop.
 
-Endpoint::Endpoint(EndpointOptions options, RdmaProvider* rdma)
+Endpoint::Impl::Impl(EndpointOptions options, RdmaProvider* rdma)
     : options_(checked(std::move(options))),
       handshake_timeout_ms_(derived_timeout_ms(options_)),
       passive_(options_.pid, handshake_timeout_ms_, options_.accept_backlog * 4 + 64) {
@@ -89,9 +230,9 @@ Endpoint::Endpoint(EndpointOptions options, RdmaProvider* rdma)
     thread_ = std::thread([this] { run(); });
 }
 
-Endpoint::~Endpoint() { stop(); }
+Endpoint::Impl::~Impl() { stop(); }
 
-void Endpoint::open_rdma(RdmaProvider* rdma) {
+void Endpoint::Impl::open_rdma(RdmaProvider* rdma) {
     if (options_.transport == TransportChoice::tcp) {
         rdma_error_ = "the endpoint was opened with --transport tcp";
         return;
@@ -100,7 +241,13 @@ void Endpoint::open_rdma(RdmaProvider* rdma) {
     if (rdma_ == nullptr)
         rdma_error_ = kNoDevice;
     else
-        rdma_ready_ = rdma_->open(rdma_error_);
+        try {
+            rdma_->open();
+            rdma_ready_ = true;
+        } catch (const std::exception& e) {
+            const auto* fe = dynamic_cast<const Error*>(&e);
+            rdma_error_ = fe ? fe->why() : e.what();
+        }
     if (rdma_ready_) rdma_params_ = rdma_->device_params();
     if (rdma_ready_ || options_.transport != TransportChoice::automatic) return;
     // Visible, once: the fallback is never silent.
@@ -111,24 +258,24 @@ void Endpoint::open_rdma(RdmaProvider* rdma) {
         std::cerr << "fedgate " << line << std::endl;
 }
 
-void Endpoint::open_sockets() {
+void Endpoint::Impl::open_sockets() {
     if (options_.transport != TransportChoice::rdma) {
         std::string error;
         const int backlog = static_cast<int>(std::max<std::size_t>(options_.accept_backlog, 128));
         tcp_fd_ = open_tcp_listener(options_.bind_ipv4, options_.tcp_port, backlog, error);
-        if (tcp_fd_ < 0) throw std::runtime_error("endpoint " + format_process_id(options_.pid) + ": " + error);
+        if (tcp_fd_ < 0) throw Error(ConnStage::open, "endpoint " + format_process_id(options_.pid) + ": " + error);
         tcp_port_ = socket_port(tcp_fd_);
     }
     ctl_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     const sockaddr_in local = sockaddr_of(options_.bind_ipv4, 0);
     if (ctl_fd_ < 0 || ::bind(ctl_fd_, reinterpret_cast<const sockaddr*>(&local), sizeof local) != 0)
-        throw std::system_error(errno, std::generic_category(),
-                                "endpoint: cannot open a UDP socket on " + ipv4_text(options_.bind_ipv4));
+        throw Error(ConnStage::open, "endpoint: cannot open a UDP socket on " + ipv4_text(options_.bind_ipv4) + ": " +
+                                         std::strerror(errno));
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "endpoint: eventfd");
+    if (wake_fd_ < 0) throw Error(ConnStage::open, std::string("endpoint: eventfd: ") + std::strerror(errno));
 }
 
-void Endpoint::close_sockets() {
+void Endpoint::Impl::close_sockets() {
     std::lock_guard lock(send_mu_);
     for (int* fd : {&ctl_fd_, &tcp_fd_, &wake_fd_}) {
         if (*fd >= 0) ::close(*fd);
@@ -138,7 +285,7 @@ void Endpoint::close_sockets() {
 
 // What the gateway holds for this process. With a device the record says roce_v2 (peers may then
 // expect RDMA) and carries the device's GID, MTU and a QP number, the values its connections use.
-DmaAddress Endpoint::record() const {
+DmaAddress Endpoint::Impl::record() const {
     DmaAddress a;
     a.pid = options_.pid;
     a.epoch = options_.epoch;
@@ -155,12 +302,12 @@ DmaAddress Endpoint::record() const {
     return a;
 }
 
-bool Endpoint::from_gateway(const sockaddr_in& from) const {
+bool Endpoint::Impl::from_gateway(const sockaddr_in& from) const {
     return from.sin_family == AF_INET && ntohl(from.sin_addr.s_addr) == options_.gateway_ipv4 &&
            ntohs(from.sin_port) == options_.gateway_port;
 }
 
-std::optional<RegReplyBody> Endpoint::reg_exchange(MsgType type, std::span<const uint8_t> body, int tries,
+std::optional<RegReplyBody> Endpoint::Impl::reg_exchange(MsgType type, std::span<const uint8_t> body, int tries,
                                                    std::string& error) {
     uint64_t seq;
     {
@@ -195,22 +342,22 @@ std::optional<RegReplyBody> Endpoint::reg_exchange(MsgType type, std::span<const
     return std::nullopt;
 }
 
-void Endpoint::register_now() {
+void Endpoint::Impl::register_now() {
     RegisterBody body;
     encode(record(), body.record);
     std::string error;
     const auto r = reg_exchange(MsgType::reg, bytes_of(body), options_.tries, error);
     const std::string who = "endpoint " + format_process_id(options_.pid) + ": register: ";
-    if (!r) throw std::runtime_error(who + error);
+    if (!r) throw Error(ConnStage::open, who + error);
     if (r->status != static_cast<uint8_t>(RegStatus::ok))
-        throw std::runtime_error(who + "refused: " +
+        throw Error(ConnStage::open, who + "refused: " +
                                  (r->status <= static_cast<uint8_t>(RegStatus::full)
                                       ? reg_status_name(static_cast<RegStatus>(r->status))
                                       : "status " + std::to_string(r->status)));
     if (const uint32_t ms = load_be32(r->heartbeat_ms); ms != 0) heartbeat_ms_ = ms;
 }
 
-void Endpoint::deregister_now() {
+void Endpoint::Impl::deregister_now() {
     ProcessRefBody body;
     store_be64(body.pid, options_.pid.value);
     store_be32(body.epoch, options_.epoch);
@@ -218,7 +365,7 @@ void Endpoint::deregister_now() {
     (void)reg_exchange(MsgType::deregister, bytes_of(body), kDeregisterTries, error);  // best effort: it expires anyway
 }
 
-void Endpoint::stop() {
+void Endpoint::Impl::stop() {
     {
         std::lock_guard lock(mu_);
         stopping_ = true;
@@ -239,12 +386,12 @@ void Endpoint::stop() {
 // ---------------------------------------------------------------------------------------------
 // Sending.
 
-uint64_t Endpoint::now_ms() const {
+uint64_t Endpoint::Impl::now_ms() const {
     return static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count());
 }
 
-void Endpoint::send_raw(MsgType type, uint64_t seq, std::span<const uint8_t> body) {
+void Endpoint::Impl::send_raw(MsgType type, uint64_t seq, std::span<const uint8_t> body) {
     std::array<uint8_t, sizeof(MsgHeader) + kMaxBody> d{};
     MsgHeader h;
     encode(Header{type, 0, static_cast<uint16_t>(body.size()), seq, 0}, h);
@@ -256,19 +403,19 @@ void Endpoint::send_raw(MsgType type, uint64_t seq, std::span<const uint8_t> bod
         (void)::sendto(ctl_fd_, d.data(), sizeof h + body.size(), 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
 }
 
-void Endpoint::send(MsgType type, const ConnParams& p) {
+void Endpoint::Impl::send(MsgType type, const ConnParams& p) {
     ConnBody b;
     encode(p, b);
     send_raw(type, 0, bytes_of(b));
 }
 
-void Endpoint::wake() {
+void Endpoint::Impl::wake() {
     const uint64_t one = 1;
     std::lock_guard lock(send_mu_);
     if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
 }
 
-void Endpoint::send_heartbeat(uint64_t now) {
+void Endpoint::Impl::send_heartbeat(uint64_t now) {
     ProcessRefBody body;
     store_be64(body.pid, options_.pid.value);
     store_be32(body.epoch, options_.epoch);
@@ -281,7 +428,7 @@ void Endpoint::send_heartbeat(uint64_t now) {
 // ---------------------------------------------------------------------------------------------
 // The background thread.
 
-void Endpoint::run() {
+void Endpoint::Impl::run() {
     for (;;) {
         std::vector<pollfd> fds{{ctl_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
         int timeout;
@@ -320,7 +467,7 @@ void Endpoint::run() {
     }
 }
 
-int Endpoint::poll_timeout_ms(uint64_t now) {
+int Endpoint::Impl::poll_timeout_ms(uint64_t now) {
     uint64_t next = std::min(next_heartbeat_ms_, now + kMaxPollMs);
     for (const auto& [id, a] : active_) {
         if (a->hs.state() == ActiveHandshake::State::waiting_rep) next = std::min(next, a->hs.deadline());
@@ -331,7 +478,7 @@ int Endpoint::poll_timeout_ms(uint64_t now) {
     return next <= now ? 0 : static_cast<int>(next - now);
 }
 
-void Endpoint::on_datagram(std::span<const uint8_t> d, uint64_t now) {
+void Endpoint::Impl::on_datagram(std::span<const uint8_t> d, uint64_t now) {
     ParsedMsg m;
     if (parse_message(d, m) != WireError::ok || is_peer_message(m.header.type)) {
         std::lock_guard lock(mu_);
@@ -357,7 +504,7 @@ void Endpoint::on_datagram(std::span<const uint8_t> d, uint64_t now) {
     on_conn_rtu(*p);
 }
 
-void Endpoint::on_reg_reply(const ParsedMsg& m) {
+void Endpoint::Impl::on_reg_reply(const ParsedMsg& m) {
     RegReplyBody r;
     std::memcpy(&r, m.body.data(), sizeof r);
     std::lock_guard lock(mu_);
@@ -376,7 +523,7 @@ void Endpoint::on_reg_reply(const ParsedMsg& m) {
     }
 }
 
-uint8_t Endpoint::offer_caps() const {
+uint8_t Endpoint::Impl::offer_caps() const {
     switch (options_.transport) {
     case TransportChoice::tcp: return kCapTcp;
     case TransportChoice::rdma: return rdma_ready_ ? kCapRdma : 0;
@@ -387,7 +534,7 @@ uint8_t Endpoint::offer_caps() const {
 
 // Runs on the thread without mu_: only the thread changes the passive table, and the provider may
 // take a moment. A QP that cannot come up leaves RDMA out of the offer (tcp, if both have it).
-PassiveOffer Endpoint::offer_for(const ConnParams& req, std::unique_ptr<Connection>& rdma_conn) {
+PassiveOffer Endpoint::Impl::offer_for(const ConnParams& req, std::unique_ptr<Connection>& rdma_conn) {
     PassiveOffer offer;
     {
         std::lock_guard lock(mu_);
@@ -402,9 +549,9 @@ PassiveOffer Endpoint::offer_for(const ConnParams& req, std::unique_ptr<Connecti
         return offer;
     std::string error;
     ConnStage failed = ConnStage::rtr;
-    if (auto qp = rdma_->prepare(error)) {
+    if (auto qp = try_prepare(*rdma_, error)) {
         const RdmaQpParams local = qp->local();
-        rdma_conn = qp->connect(rdma_path(local, rdma_params_of(req)), req.conn_id, options_.pid, req.initiator,
+        rdma_conn = try_connect(*qp, rdma_path(local, rdma_params_of(req)), req.conn_id, options_.pid, req.initiator,
                                 failed, error);
         if (rdma_conn) offer.rdma = local;
     }
@@ -415,7 +562,7 @@ PassiveOffer Endpoint::offer_for(const ConnParams& req, std::unique_ptr<Connecti
     return offer;
 }
 
-void Endpoint::on_conn_req(const ConnParams& req, uint64_t now) {
+void Endpoint::Impl::on_conn_req(const ConnParams& req, uint64_t now) {
     {
         std::lock_guard lock(mu_);
         if (const auto rep = passive_.repeat(req)) return send(MsgType::conn_rep, *rep);
@@ -429,7 +576,7 @@ void Endpoint::on_conn_req(const ConnParams& req, uint64_t now) {
     send(MsgType::conn_rep, rep);
 }
 
-void Endpoint::on_conn_rep(const ConnParams& rep) {
+void Endpoint::Impl::on_conn_rep(const ConnParams& rep) {
     std::lock_guard lock(mu_);
     const auto it = active_.find(rep.conn_id);
     if (it == active_.end()) {
@@ -446,7 +593,7 @@ void Endpoint::on_conn_rep(const ConnParams& rep) {
     changed_.notify_all();
 }
 
-void Endpoint::on_conn_rtu(const ConnParams& rtu) {
+void Endpoint::Impl::on_conn_rtu(const ConnParams& rtu) {
     std::lock_guard lock(mu_);
     if (passive_.on_rtu(rtu) != PassiveHandshakes::RtuResult::established) return;
     const auto it = rdma_half_open_.find({rtu.initiator.value, rtu.conn_id});
@@ -457,7 +604,7 @@ void Endpoint::on_conn_rtu(const ConnParams& rtu) {
     changed_.notify_all();
 }
 
-void Endpoint::accept_tcp(uint64_t now) {
+void Endpoint::Impl::accept_tcp(uint64_t now) {
     for (;;) {
         const int fd = ::accept4(tcp_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
@@ -471,7 +618,7 @@ void Endpoint::accept_tcp(uint64_t now) {
     }
 }
 
-void Endpoint::read_preamble(PendingSocket& s) {
+void Endpoint::Impl::read_preamble(PendingSocket& s) {
     const ssize_t n = ::recv(s.fd, s.buf + s.got, sizeof s.buf - s.got, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n > 0) s.got += static_cast<std::size_t>(n);
@@ -495,7 +642,7 @@ void Endpoint::read_preamble(PendingSocket& s) {
     changed_.notify_all();
 }
 
-void Endpoint::timers(uint64_t now) {
+void Endpoint::Impl::timers(uint64_t now) {
     std::lock_guard lock(mu_);
     for (auto it = active_.begin(); it != active_.end();) {
         Active& a = *it->second;
@@ -523,7 +670,7 @@ void Endpoint::timers(uint64_t now) {
 // ---------------------------------------------------------------------------------------------
 // listen, accept, connect.
 
-bool Endpoint::listen(ConnectError& err) {
+bool Endpoint::Impl::listen(ConnectError& err) {
     if (options_.transport == TransportChoice::rdma && !rdma_ready_) {
         err = {ConnStage::transport, "--transport rdma: " + rdma_error_};
         return false;
@@ -536,7 +683,7 @@ bool Endpoint::listen(ConnectError& err) {
     return true;
 }
 
-std::unique_ptr<Connection> Endpoint::accept(std::chrono::milliseconds timeout) {
+std::unique_ptr<Connection> Endpoint::Impl::accept(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mu_);
     changed_.wait_for(lock, timeout, [&] { return !accepted_.empty() || stopping_; });
     if (accepted_.empty()) return nullptr;
@@ -546,14 +693,14 @@ std::unique_ptr<Connection> Endpoint::accept(std::chrono::milliseconds timeout) 
     return c;
 }
 
-std::unique_ptr<Connection> Endpoint::fail(ConnectError& err, ConnStage stage, std::string message) {
+std::unique_ptr<Connection> Endpoint::Impl::fail(ConnectError& err, ConnStage stage, std::string message) {
     err = {stage, std::move(message)};
     std::lock_guard lock(mu_);
     ++stats_.connects_failed[static_cast<std::size_t>(stage)];
     return nullptr;
 }
 
-bool Endpoint::caps_for(TransportChoice t, uint8_t& caps, ConnectError& err) const {
+bool Endpoint::Impl::caps_for(TransportChoice t, uint8_t& caps, ConnectError& err) const {
     switch (t) {
     case TransportChoice::tcp: caps = kCapTcp; return true;
     case TransportChoice::automatic: caps = rdma_ready_ ? kCapAll : kCapTcp; return true;
@@ -568,7 +715,7 @@ bool Endpoint::caps_for(TransportChoice t, uint8_t& caps, ConnectError& err) con
     return false;
 }
 
-std::unique_ptr<Connection> Endpoint::connect(ProcessId target, ConnectError& err,
+std::unique_ptr<Connection> Endpoint::Impl::connect(ProcessId target, ConnectError& err,
                                               std::optional<TransportChoice> transport) {
     uint8_t caps = 0;
     if (!caps_for(transport.value_or(options_.transport), caps, err)) return fail(err, err.stage, err.message);
@@ -598,7 +745,7 @@ std::unique_ptr<Connection> Endpoint::connect(ProcessId target, ConnectError& er
     std::unique_ptr<PreparedQp> qp;
     if (caps & kCapRdma) {
         std::string error;
-        qp = rdma_->prepare(error);
+        qp = try_prepare(*rdma_, error);
         if (!qp && caps == kCapRdma)
             return fail(err, ConnStage::transport, "--transport rdma: cannot prepare a queue pair: " + error);
         if (qp)
@@ -610,7 +757,7 @@ std::unique_ptr<Connection> Endpoint::connect(ProcessId target, ConnectError& er
     return run_handshake(req, std::move(qp), err);
 }
 
-std::unique_ptr<Connection> Endpoint::run_handshake(const ConnParams& req, std::unique_ptr<PreparedQp> qp,
+std::unique_ptr<Connection> Endpoint::Impl::run_handshake(const ConnParams& req, std::unique_ptr<PreparedQp> qp,
                                                     ConnectError& err) {
     auto a = std::make_shared<Active>(
         Active{ActiveHandshake(req, static_cast<uint64_t>(options_.try_timeout.count()), options_.tries), 0});
@@ -638,7 +785,7 @@ std::unique_ptr<Connection> Endpoint::run_handshake(const ConnParams& req, std::
     return finish_connect(a, qp.get(), err);
 }
 
-std::unique_ptr<Connection> Endpoint::finish_connect(const std::shared_ptr<Active>& a, PreparedQp* qp,
+std::unique_ptr<Connection> Endpoint::Impl::finish_connect(const std::shared_ptr<Active>& a, PreparedQp* qp,
                                                      ConnectError& err) {
     ConnParams req, rep;
     {
@@ -650,7 +797,7 @@ std::unique_ptr<Connection> Endpoint::finish_connect(const std::shared_ptr<Activ
     if (rep.caps == kCapRdma) {
         ConnStage failed = ConnStage::rtr;
         std::string error;
-        conn = qp->connect(rdma_path(rdma_params_of(req), rdma_params_of(rep)), req.conn_id, req.initiator,
+        conn = try_connect(*qp, rdma_path(rdma_params_of(req), rdma_params_of(rep)), req.conn_id, req.initiator,
                            rep.target, failed, error);
         if (!conn) {
             std::unique_lock lock(mu_);
@@ -676,7 +823,7 @@ std::unique_ptr<Connection> Endpoint::finish_connect(const std::shared_ptr<Activ
         try {
             conn->send_all(bytes_of(w));
         } catch (const ConnectionError& e) {
-            return fail(err, ConnStage::data, e.what());
+            return fail(err, ConnStage::data, e.why());
         }
     }
     std::lock_guard lock(mu_);
@@ -685,7 +832,7 @@ std::unique_ptr<Connection> Endpoint::finish_connect(const std::shared_ptr<Activ
     return conn;
 }
 
-EndpointStats Endpoint::stats() const {
+EndpointStats Endpoint::Impl::stats() const {
     std::lock_guard lock(mu_);
     EndpointStats s = stats_;
     const PassiveCounters& p = passive_.counters();
@@ -697,5 +844,57 @@ EndpointStats Endpoint::stats() const {
     for (uint64_t n : p.refused) s.reqs_refused += n;
     return s;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The public face: one convention, failures thrown as Error.
+
+Endpoint::Endpoint(EndpointOptions options, RdmaProvider* rdma) {
+    if (rdma == nullptr && options.transport != TransportChoice::tcp) {
+        own_rdma_ = make_verbs_provider(options.bind_ipv4);
+        rdma = own_rdma_.get();
+    }
+    impl_ = std::make_unique<Impl>(std::move(options), rdma);
+}
+
+Endpoint::~Endpoint() = default;  // Impl's destructor stops; then the verbs backend goes
+
+void Endpoint::listen() {
+    ConnectError err;
+    if (!impl_->listen(err)) throw Error(err.stage, err.message);
+}
+
+std::unique_ptr<Connection> Endpoint::accept(std::chrono::milliseconds timeout) { return impl_->accept(timeout); }
+
+std::unique_ptr<Connection> Endpoint::connect(ProcessId target, std::optional<TransportChoice> transport) {
+    ConnectError err;
+    auto c = impl_->connect(target, err, transport);
+    if (c == nullptr) throw Error(err.stage, err.message);
+    return c;
+}
+
+DmaAddress Endpoint::resolve(ProcessId target) {
+    const EndpointOptions& o = impl_->options();
+    ResolveResult r;
+    try {
+        NodeClientOptions co;
+        co.timeout = o.try_timeout;
+        co.tries = o.tries;
+        co.bind_ipv4 = o.bind_ipv4;
+        r = NodeClient(o.gateway_ipv4, o.gateway_port, co).resolve(target);
+    } catch (const std::exception& e) {
+        throw Error(ConnStage::resolve, e.what());
+    }
+    if (!r.replied()) throw Error(ConnStage::resolve, r.error);
+    if (!r.ok())
+        throw Error(ConnStage::resolve, format_process_id(target) + ": " + resolve_status_name(*r.status));
+    return r.record;
+}
+
+void Endpoint::stop() { impl_->stop(); }
+ProcessId Endpoint::pid() const { return impl_->pid(); }
+uint32_t Endpoint::epoch() const { return impl_->epoch(); }
+uint16_t Endpoint::tcp_port() const { return impl_->tcp_port(); }
+bool Endpoint::rdma_available() const { return impl_->rdma_available(); }
+EndpointStats Endpoint::stats() const { return impl_->stats(); }
 
 }  // namespace fedgate

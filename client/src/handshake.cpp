@@ -45,9 +45,13 @@ const char* conn_stage_name(ConnStage s) {
     case ConnStage::rtr: return "rtr";
     case ConnStage::rts: return "rts";
     case ConnStage::data: return "data";
+    case ConnStage::open: return "open";
     }
     return "?";
 }
+
+Error::Error(ConnStage stage, const std::string& why)
+    : std::runtime_error(std::string("stage ") + conn_stage_name(stage) + ": " + why), stage_(stage), why_(why) {}
 
 ConnStage stage_of_refusal(ConnStatus s) {
     switch (s) {

@@ -2,7 +2,7 @@
 // client_install.sh): the public headers compile on their own and the library's symbols resolve.
 // Prints what the library computes, so the test can check it.
 #include <fedgate/endpoint.hpp>
-#include <fedgate/node_client.hpp>
+#include <fedgate/error.hpp>
 
 #include <iostream>
 
@@ -21,11 +21,11 @@ int main(int argc, char** argv) {
     fedgate::DmaAddressWire wire;
     fedgate::encode(rec, wire);
     const auto back = fedgate::decode(wire);
-    const auto t = fedgate::choose_transport(fedgate::kCapAll, fedgate::kCapTcp);
+    const auto t = fedgate::parse_transport_choice("auto");
     std::cout << "pid " << fedgate::format_process_id(*pid) << " party " << pid->party() << " record "
               << (back && *back == rec ? "round-trips" : "broken") << " transport "
-              << (t ? fedgate::transport_name(*t) : "none") << " refusal "
-              << fedgate::conn_status_name(fedgate::ConnStatus::no_mapping) << " stage "
-              << fedgate::conn_stage_name(fedgate::ConnStage::transport) << "\n";
+              << (t ? fedgate::transport_choice_name(*t) : "none") << " stage "
+              << fedgate::conn_stage_name(fedgate::ConnStage::transport) << " error \""
+              << fedgate::Error(fedgate::ConnStage::resolve, "2.7.42: not_found").what() << "\"\n";
     return 0;
 }

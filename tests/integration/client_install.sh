@@ -17,11 +17,19 @@ fail() { echo "FAIL - $*"; FAILURES=$((FAILURES + 1)); }
 PREFIX=$WORK/prefix
 cmake --install "$BUILD" --prefix "$PREFIX" >"$WORK/install.log" 2>&1 || { cat "$WORK/install.log"; fail "cmake --install"; exit 1; }
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
-WANT="pid 2.7.42 party 2 record round-trips transport tcp refusal no_mapping stage transport"
+WANT="pid 2.7.42 party 2 record round-trips transport auto stage transport error \"stage resolve: 2.7.42: not_found\""
 # A program linking the sanitizer build's library is built with the same sanitizers.
 SAN=""
 grep -q 'FEDGATE_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" && SAN="-fsanitize=address,undefined"
 run() { env LD_LIBRARY_PATH="$PREFIX/$libdir" ASAN_OPTIONS=detect_leaks=0 "$@"; }
+
+# --- what is public: the API's headers, none of the library's private ones (pimpl) ---
+public=$(cd "$PREFIX/include/fedgate" && ls *.h *.hpp | sort | tr '\n' ' ')
+[[ $public == "connection.hpp endpoint.hpp error.hpp fedgate.h rdma.hpp " ]] &&
+    ok "the public headers are installed, the private ones are not ($public)" || fail "installed headers: $public"
+! grep -q "std::mutex\|std::thread\|private:" "$PREFIX/include/fedgate/endpoint.hpp" ||
+    grep -q "std::unique_ptr<Impl> impl_" "$PREFIX/include/fedgate/endpoint.hpp" &&
+    ok "Endpoint's state is behind its Impl" || fail "endpoint.hpp shows Endpoint's private state"
 
 # --- pkg-config ---
 export PKG_CONFIG_PATH=$PREFIX/$libdir/pkgconfig

@@ -271,14 +271,11 @@ public:
     FakeQp(FakeFabric& f, RdmaQpParams local, std::optional<ConnStage> fail_at)
         : fabric_(f), local_(local), fail_at_(fail_at) {}
     RdmaQpParams local() const override { return local_; }
-    std::unique_ptr<Connection> connect(const RdmaPath& path, uint64_t conn_id, ProcessId local_pid, ProcessId peer_pid,
-                                        ConnStage& failed, std::string& error) override {
-        if (fail_at_) {
-            failed = *fail_at_;
-            error = std::string("ibv_modify_qp(") + (*fail_at_ == ConnStage::rtr ? "RTR" : "RTS") +
-                    "): Invalid argument (fake)";
-            return nullptr;
-        }
+    std::unique_ptr<Connection> connect(const RdmaPath& path, uint64_t conn_id, ProcessId local_pid,
+                                        ProcessId peer_pid) override {
+        if (fail_at_)
+            throw Error(*fail_at_, std::string("ibv_modify_qp(") + (*fail_at_ == ConnStage::rtr ? "RTR" : "RTS") +
+                                       "): Invalid argument (fake)");
         const int fd = fabric_.take(local_, path);
         return std::make_unique<FakeRdmaConnection>(fd, conn_id, local_pid, peer_pid);
     }
@@ -301,9 +298,9 @@ class FakeRdma : public RdmaProvider {
 public:
     FakeRdma(FakeFabric& f, uint16_t mtu, std::optional<ConnStage> fail_at = std::nullopt)
         : fabric_(f), mtu_(mtu), fail_at_(fail_at) {}
-    bool open(std::string&) override { return true; }
+    void open() override {}
     RdmaDeviceParams device_params() const override { return {gid_of("::ffff:198.18.0.9"), kFakeDeviceQpn, mtu_}; }
-    std::unique_ptr<PreparedQp> prepare(std::string&) override {
+    std::unique_ptr<PreparedQp> prepare() override {
         std::lock_guard lock(mu_);
         RdmaQpParams q;
         q.qpn = fabric_.next_qpn++;
@@ -361,21 +358,83 @@ void expect_stream(Connection& from, Connection& to, uint64_t bytes) {
     EXPECT_EQ(sent.peer_digest, got.local_digest);
 }
 
+const std::string kNoDeviceMessage = "no RDMA device: ibv_get_device_list found none (is an RDMA NIC or rxe configured?)";
+
+// The public API throws Error; these keep the failure as a value for the assertions.
+bool listen_or(Endpoint& e, ConnectError& err) {
+    try {
+        e.listen();
+        return true;
+    } catch (const Error& x) {
+        err = ConnectError{x.stage(), x.why()};
+        return false;
+    }
+}
+
+std::unique_ptr<Connection> connect_or(Endpoint& e, ProcessId target, ConnectError& err,
+                                       std::optional<TransportChoice> t = std::nullopt) {
+    try {
+        return e.connect(target, t);
+    } catch (const Error& x) {
+        err = ConnectError{x.stage(), x.why()};
+        return nullptr;
+    }
+}
+
 ConnectError connect_fails(Endpoint& e, ProcessId target) {
     ConnectError err;
-    EXPECT_EQ(e.connect(target, err), nullptr);
+    EXPECT_EQ(connect_or(e, target, err), nullptr);
     return err;
 }
 
 // ---- tcp -------------------------------------------------------------------------------------
+
+// ---- one error convention ------------------------------------------------------------------
+
+TEST(EndpointApi, ResolveReturnsTheRecordOrThrowsErrorOfStageResolve) {
+    RelayGateway gw;
+    Endpoint a(options(gw, kA));
+    Endpoint b(options(gw, kB));
+    const DmaAddress r = a.resolve(kB);
+    EXPECT_EQ(r.pid, kB);
+    EXPECT_EQ(r.ipv4, kLoopback);
+    EXPECT_EQ(r.port, b.tcp_port());
+    try {
+        (void)a.resolve(ProcessId::make(1, 9, 9));
+        ADD_FAILURE() << "an unregistered ID resolved";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.stage(), ConnStage::resolve);
+        EXPECT_EQ(std::string(e.what()).rfind("stage resolve: 1.9.9: ", 0), 0u) << e.what();
+    }
+}
+
+TEST(EndpointApi, BadOptionsAndAnUnansweredRegistrationThrowErrorOfStageOpen) {
+    RelayGateway gw;
+    EndpointOptions no_party = options(gw, ProcessId::make(0, 7, 1));
+    EndpointOptions no_gateway = options(gw, kA);
+    no_gateway.gateway_port = 0;
+    EndpointOptions silent = options(gw, kA);
+    silent.gateway_port = 9;  // discard: nobody answers
+    silent.try_timeout = 20ms;
+    silent.tries = 2;
+    for (EndpointOptions* o : {&no_party, &no_gateway, &silent}) {
+        try {
+            Endpoint e(*o);
+            ADD_FAILURE() << "opened";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.stage(), ConnStage::open) << e.what();
+            EXPECT_EQ(std::string(e.what()).rfind("stage open: ", 0), 0u) << e.what();
+        }
+    }
+}
 
 TEST(EndpointTcp, ConnectsAndMoves8MiBWithBothDigestsAgreeing) {
     RelayGateway gw;
     Endpoint a(options(gw, kA));
     Endpoint b(options(gw, kB));
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
-    auto out = a.connect(kB, err);
+    ASSERT_TRUE(listen_or(b, err));
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << conn_stage_name(err.stage) << ": " << err.message;
     auto in = b.accept(kWaitLimit);
     ASSERT_NE(in, nullptr);
@@ -396,8 +455,8 @@ TEST(EndpointTcp, TheDigestStreamWorksInTheOtherDirectionToo) {
     Endpoint a(options(gw, kA));
     Endpoint b(options(gw, kB));
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
-    auto out = a.connect(kB, err);
+    ASSERT_TRUE(listen_or(b, err));
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << err.message;
     auto in = b.accept(kWaitLimit);
     ASSERT_NE(in, nullptr);
@@ -441,10 +500,10 @@ TEST(EndpointTcp, LostReqAndLostRepAreRetransmittedUnderTheSameConnId) {
     Endpoint a(options(gw, kA));
     Endpoint b(options(gw, kB));
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
+    ASSERT_TRUE(listen_or(b, err));
     gw.drop_first(MsgType::conn_req, 1);
     gw.drop_first(MsgType::conn_rep, 1);
-    auto out = a.connect(kB, err);
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << err.message;
     auto in = b.accept(kWaitLimit);
     ASSERT_NE(in, nullptr);
@@ -460,9 +519,9 @@ TEST(EndpointTcp, LostRtuStillEstablishesThroughThePreamble) {
     Endpoint a(options(gw, kA));
     Endpoint b(options(gw, kB));
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
+    ASSERT_TRUE(listen_or(b, err));
     gw.drop_first(MsgType::conn_rtu, 1);
-    auto out = a.connect(kB, err);
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << err.message;
     auto in = b.accept(kWaitLimit);
     ASSERT_NE(in, nullptr);
@@ -477,7 +536,7 @@ TEST(EndpointTcp, HundredConcurrentConnectsAllComplete) {
     Endpoint a(options(gw, kA));
     Endpoint b(options(gw, kB));
     ConnectError listen_err;
-    ASSERT_TRUE(b.listen(listen_err));
+    ASSERT_TRUE(listen_or(b, listen_err));
     std::atomic<int> received_ok{0};
     std::thread acceptor([&] {
         std::vector<std::thread> readers;
@@ -496,7 +555,7 @@ TEST(EndpointTcp, HundredConcurrentConnectsAllComplete) {
     for (int i = 0; i < kConns; ++i)
         clients.emplace_back([&, i] {
             ConnectError err;
-            auto c = a.connect(kB, err);
+            auto c = connect_or(a, kB, err);
             if (!c) {
                 failures[i] = std::string(conn_stage_name(err.stage)) + ": " + err.message;
                 return;
@@ -525,29 +584,40 @@ TEST(EndpointTcp, AHeartbeatAnsweredUnknownRegistersAgain) {
 
 TEST(EndpointTransport, RdmaWithoutADeviceFailsAtStageTransportWithoutFallingBack) {
     RelayGateway gw;
-    Endpoint a(options(gw, kA, TransportChoice::rdma));
+    fedgate::testing::FakeVerbs none({});  // the library's own verbs backend, on a machine without a device
+    VerbsProvider rdma(none, RdmaOptions{});
+    Endpoint a(options(gw, kA, TransportChoice::rdma), &rdma);
     EXPECT_EQ(a.tcp_port(), 0);
     EXPECT_FALSE(a.rdma_available());
     ConnectError err;
-    EXPECT_FALSE(a.listen(err));
+    EXPECT_FALSE(listen_or(a, err));
     EXPECT_EQ(err.stage, ConnStage::transport);
-    EXPECT_EQ(err.message, "--transport rdma: no RDMA device: ibv_get_device_list found none");
+    EXPECT_EQ(err.message, "--transport rdma: " + kNoDeviceMessage);
     err = connect_fails(a, kB);
     EXPECT_EQ(err.stage, ConnStage::transport);
-    EXPECT_EQ(err.message, "--transport rdma: no RDMA device: ibv_get_device_list found none");
+    EXPECT_EQ(err.message, "--transport rdma: " + kNoDeviceMessage);
+    try {
+        (void)a.connect(kB);
+        ADD_FAILURE() << "connect without a device returned";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.stage(), ConnStage::transport);
+        EXPECT_EQ(std::string(e.what()), "stage transport: --transport rdma: " + kNoDeviceMessage);
+    }
     EXPECT_EQ(gw.seen(MsgType::resolve), 0);
 }
 
 TEST(EndpointTransport, AutomaticWithoutADeviceSaysSoOnceAndCountsTcpFallbacks) {
     RelayGateway gw;
     Logs logs;
-    Endpoint a(options(gw, kA, TransportChoice::automatic, &logs));
+    fedgate::testing::FakeVerbs none({});
+    VerbsProvider rdma(none, RdmaOptions{});
+    Endpoint a(options(gw, kA, TransportChoice::automatic, &logs), &rdma);
     Endpoint b(options(gw, kB, TransportChoice::tcp));
     ASSERT_EQ(logs.lines.size(), 1u);
-    EXPECT_EQ(logs.lines[0], "endpoint 1.7.42: no RDMA device: ibv_get_device_list found none; using tcp");
+    EXPECT_EQ(logs.lines[0], "endpoint 1.7.42: " + kNoDeviceMessage + "; using tcp");
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
-    auto out = a.connect(kB, err);
+    ASSERT_TRUE(listen_or(b, err));
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << err.message;
     EXPECT_EQ(out->transport(), Transport::tcp);
     EXPECT_EQ(a.stats().tcp_fallbacks, 1u);
@@ -562,8 +632,8 @@ TEST(EndpointTransport, FakeRdmaConnectsWithNegotiatedMtuAndCrossedPsns) {
     Endpoint b(options(gw, kB, TransportChoice::rdma), &rdma_b);
     ASSERT_TRUE(a.rdma_available());
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
-    auto out = a.connect(kB, err);
+    ASSERT_TRUE(listen_or(b, err));
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << conn_stage_name(err.stage) << ": " << err.message;
     auto in = b.accept(kWaitLimit);
     ASSERT_NE(in, nullptr);
@@ -591,7 +661,7 @@ TEST(EndpointTransport, FakeRdmaFailingAtRtrNamesStageRtr) {
     Endpoint a(options(gw, kA, TransportChoice::rdma), &broken);
     Endpoint b(options(gw, kB, TransportChoice::rdma), &fine);
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
+    ASSERT_TRUE(listen_or(b, err));
     err = connect_fails(a, kB);
     EXPECT_EQ(err.stage, ConnStage::rtr);
     EXPECT_EQ(err.message, "ibv_modify_qp(RTR): Invalid argument (fake)");
@@ -610,8 +680,8 @@ TEST(EndpointTransport, VerbsBackendOnFakeVerbsConnectsByIdAndMovesData) {
     Endpoint b(options(gw, kB, TransportChoice::rdma), &rdma_b);
     ASSERT_TRUE(a.rdma_available());
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
-    auto out = a.connect(kB, err);
+    ASSERT_TRUE(listen_or(b, err));
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << conn_stage_name(err.stage) << ": " << err.message;
     auto in = b.accept(kWaitLimit);
     ASSERT_NE(in, nullptr);
@@ -624,9 +694,13 @@ TEST(EndpointTransport, VerbsBackendOnFakeVerbsConnectsByIdAndMovesData) {
 TEST(EndpointTransport, VerbsProviderWithoutADeviceSaysSo) {
     fedgate::testing::FakeVerbs none({});
     VerbsProvider rdma(none, RdmaOptions{});
-    std::string error;
-    EXPECT_FALSE(rdma.open(error));
-    EXPECT_NE(error.find("no RDMA device"), std::string::npos) << error;
+    try {
+        rdma.open();
+        ADD_FAILURE() << "open() without a device returned";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.stage(), ConnStage::transport);
+        EXPECT_NE(e.why().find("no RDMA device"), std::string::npos) << e.what();
+    }
     RemoteQp r = remote_qp(RdmaPath{RdmaQpParams{0x11, 0x22, 1024, {}, 5, 6, 7}, 0x33, 0x44, 512});
     EXPECT_EQ(r.qpn, 0x11u);
     EXPECT_EQ(r.psn, 0x33u) << "RTR takes the peer's PSN";
@@ -641,7 +715,7 @@ TEST(EndpointTransport, TcpOnlyTargetAndRdmaOnlyInitiatorFailAtStageTransport) {
     Endpoint a(options(gw, kA, TransportChoice::rdma), &rdma);
     Endpoint b(options(gw, kB, TransportChoice::tcp));
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
+    ASSERT_TRUE(listen_or(b, err));
     err = connect_fails(a, kB);
     EXPECT_EQ(err.stage, ConnStage::transport);
     EXPECT_TRUE(err.message.starts_with("transport_mismatch")) << err.message;
@@ -696,8 +770,8 @@ TEST(EndpointRecord, VerbsRecordCarriesTheQpTheFirstConnectionUses) {
     EXPECT_EQ(verbs.qp_state(rec_a->qpn), IBV_QPS_INIT) << "open() prepared it";
 
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
-    auto out = a.connect(kB, err);
+    ASSERT_TRUE(listen_or(b, err));
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << conn_stage_name(err.stage) << ": " << err.message;
     auto in = b.accept(kWaitLimit);
     ASSERT_NE(in, nullptr);
@@ -731,8 +805,8 @@ TEST(HandshakeOnly, BothSidesGetEachOthersQpnPsnGidAndTheLowerMtu) {
     Endpoint b(options(gw, kB, TransportChoice::rdma), &rdma_b);
     ASSERT_TRUE(a.rdma_available());
     ConnectError err;
-    ASSERT_TRUE(b.listen(err));
-    auto out = a.connect(kB, err);
+    ASSERT_TRUE(listen_or(b, err));
+    auto out = connect_or(a, kB, err);
     ASSERT_NE(out, nullptr) << conn_stage_name(err.stage) << ": " << err.message;
     auto in = b.accept(kWaitLimit);
     ASSERT_NE(in, nullptr);
@@ -769,7 +843,8 @@ TEST(HandshakeOnly, DataCallsFailSayingThereIsNoDataPath) {
             call();
             ADD_FAILURE() << "a handshake-only data call returned";
         } catch (const ConnectionError& e) {
-            EXPECT_STREQ(e.what(), "handshake-only: no data path");
+            EXPECT_EQ(e.stage(), ConnStage::data);
+            EXPECT_EQ(e.why(), "handshake-only: no data path");
         }
     }
     EXPECT_EQ(std::unique_ptr<Connection>(std::make_unique<TcpConnection>(-1, 1, kA, kB))->rdma_path(), std::nullopt)
@@ -787,13 +862,16 @@ TEST(HandshakeOnly, OpenRefusesValuesNoQpCouldHave) {
     };
     for (const auto& [q, message] : cases) {
         HandshakeOnlyProvider p(q);
-        std::string error;
-        EXPECT_FALSE(p.open(error)) << message;
-        EXPECT_EQ(error, message);
+        try {
+            p.open();
+            ADD_FAILURE() << "accepted: " << message;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.stage(), ConnStage::transport);
+            EXPECT_EQ(e.why(), message);
+        }
     }
     HandshakeOnlyProvider fine(qp_values(0xffffff, 0xffffff, 256, "::1"));
-    std::string error;
-    EXPECT_TRUE(fine.open(error)) << error;
+    EXPECT_NO_THROW(fine.open());
 }
 
 // ---- fedgate-node listen / connect -----------------------------------------------------------

@@ -7,19 +7,13 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 
 #include "proto/resolve_wire.hpp"
-#include "fedgate/handshake.hpp"
+#include "fedgate/error.hpp"
+#include "fedgate/rdma.hpp"
 
 namespace fedgate {
-
-// A data-path failure (peer gone, QP in error, socket reset); what() says which and why.
-class ConnectionError : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
 
 class Connection {
 public:

@@ -8,78 +8,25 @@
 // calling thread only; connect() is safe from many threads at once.
 #pragma once
 
-#include <netinet/in.h>
-
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <random>
-#include <span>
 #include <string>
 #include <string_view>
-#include <thread>
-#include <unordered_map>
-#include <vector>
 
-#include "proto/conn_wire.hpp"
+#include "proto/resolve_wire.hpp"
 #include "fedgate/connection.hpp"
-#include "fedgate/handshake.hpp"
+#include "fedgate/error.hpp"
+#include "fedgate/rdma.hpp"
 
 namespace fedgate {
 
 enum class TransportChoice : uint8_t { automatic, rdma, tcp };
 const char* transport_choice_name(TransportChoice t);                // "auto", "rdma", "tcp"
 std::optional<TransportChoice> parse_transport_choice(std::string_view s);
-
-struct ConnectError {
-    ConnStage stage = ConnStage::resolve;
-    std::string message;
-};
-
-// ---- the RDMA hook ---------------------------------------------------------------------------
-// What Endpoint needs from an RDMA backend; the verbs backend is adapted to it outside this file,
-// tests use a fake.
-
-// A queue pair in INIT with its receive ring registered, not yet connected.
-class PreparedQp {
-public:
-    virtual ~PreparedQp() = default;
-    // Its parameters for the handshake: QP number, our random starting PSN, path MTU, GID, ring.
-    virtual RdmaQpParams local() const = 0;
-    // RTR with path.remote (qpn, gid), path.rq_psn and path.mtu, then RTS with path.sq_psn. Null on
-    // failure, with `failed` set to ConnStage::rtr or ConnStage::rts and `error` saying why.
-    virtual std::unique_ptr<Connection> connect(const RdmaPath& path, uint64_t conn_id, ProcessId local_pid,
-                                                ProcessId peer_pid, ConnStage& failed, std::string& error) = 0;
-};
-
-// What a process registers about its RDMA side in its DmaAddress record, so that the record and
-// the connections it makes agree.
-struct RdmaDeviceParams {
-    std::array<uint8_t, 16> gid{};  // the GID its QPs speak from
-    uint32_t qpn = 0;               // a QP number of this device (see device_params())
-    uint16_t mtu = 0;               // the port's active MTU in bytes, the most a path can get
-    bool operator==(const RdmaDeviceParams&) const = default;
-};
-
-class RdmaProvider {
-public:
-    virtual ~RdmaProvider() = default;
-    // Opens the device; false with `error` ("no RDMA device: ...") when there is none usable.
-    // Endpoint calls it once, from its constructor.
-    virtual bool open(std::string& error) = 0;
-    // A fresh QP for one connection; null with `error` set.
-    virtual std::unique_ptr<PreparedQp> prepare(std::string& error) = 0;
-    // After a successful open(): the GID, MTU and a QP number to register. Each connection gets a
-    // QP of its own, so the QPN is the one the provider hands to its first prepare().
-    virtual RdmaDeviceParams device_params() const = 0;
-};
 
 // ---- options and stats -----------------------------------------------------------------------
 
@@ -128,106 +75,42 @@ struct EndpointStats {
 class Endpoint {
 public:
     // Opens the sockets, opens the RDMA device (unless transport is tcp), registers with the
-    // gateway and starts the background thread. Throws std::invalid_argument for bad options,
-    // std::runtime_error when a socket cannot be set up or the gateway refuses or does not answer
-    // the registration. `rdma`: null means no RDMA device (outlives the Endpoint otherwise).
+    // gateway and starts the background thread. Throws Error of stage open for bad options, a
+    // socket that cannot be set up, or a registration the gateway refuses or does not answer.
+    // `rdma`: the RDMA backend (outlives the Endpoint); null: the library's verbs backend
+    // (make_verbs_provider). Without a device, automatic means tcp (said once through
+    // options.log) and an rdma connect fails at stage transport naming the missing device.
     explicit Endpoint(EndpointOptions options, RdmaProvider* rdma = nullptr);
     ~Endpoint();  // stop()
     Endpoint(const Endpoint&) = delete;
     Endpoint& operator=(const Endpoint&) = delete;
 
-    // Accept connections from now on (before, REQs are answered not_listening). False with
-    // `err` (stage transport) when the transport asked for cannot be offered.
-    bool listen(ConnectError& err);
-    // The next established incoming connection, or null after `timeout` (or once stopped).
+    // Accept connections from now on (before, REQs are answered not_listening). Throws Error of
+    // stage transport when the transport asked for cannot be offered.
+    void listen();
+    // The next established incoming connection, or null after `timeout` (or once stopped): a
+    // timeout is not an error.
     std::unique_ptr<Connection> accept(std::chrono::milliseconds timeout);
     // A connection to `target` (party 0: the gateway finds the owner), over `transport` (default:
-    // the endpoint's). Null with `err` naming the stage on failure. Thread-safe.
-    std::unique_ptr<Connection> connect(ProcessId target, ConnectError& err,
-                                        std::optional<TransportChoice> transport = std::nullopt);
+    // the endpoint's). Throws Error naming the stage that failed. Thread-safe.
+    std::unique_ptr<Connection> connect(ProcessId target, std::optional<TransportChoice> transport = std::nullopt);
+    // `target`'s address record as the gateway answers it (cache, directed query or broadcast).
+    // Throws Error of stage resolve: not found, unreachable, or no answer. Thread-safe.
+    DmaAddress resolve(ProcessId target);
     // Stops the thread, fails pending connects, deregisters. Idempotent.
     void stop();
 
-    ProcessId pid() const { return options_.pid; }
-    uint32_t epoch() const { return options_.epoch; }
-    uint16_t tcp_port() const { return tcp_port_; }  // 0 when tcp is not offered
-    bool rdma_available() const { return rdma_ready_; }
+    ProcessId pid() const;
+    uint32_t epoch() const;
+    uint16_t tcp_port() const;  // 0 when tcp is not offered
+    bool rdma_available() const;
     EndpointStats stats() const;
 
+    class Impl;  // the library's own
+
 private:
-    struct Active {
-        ActiveHandshake hs;
-        uint64_t finished_ms = 0;  // done: kept this long to answer duplicate REPs with RTU
-    };
-    struct PendingSocket {  // accepted tcp socket whose preamble is not complete yet
-        int fd = -1;
-        std::size_t got = 0;
-        uint8_t buf[32] = {};
-        uint64_t deadline_ms = 0;
-    };
-
-    void open_sockets();
-    void open_rdma(RdmaProvider* rdma);
-    void register_now();
-    void deregister_now();
-    // Request/reply on the control socket while the thread is not running (start, stop).
-    std::optional<RegReplyBody> reg_exchange(MsgType type, std::span<const uint8_t> body, int tries,
-                                             std::string& error);
-    void close_sockets();
-    uint8_t offer_caps() const;
-    DmaAddress record() const;
-    bool caps_for(TransportChoice t, uint8_t& caps, ConnectError& err) const;
-    std::unique_ptr<Connection> fail(ConnectError& err, ConnStage stage, std::string message);
-    std::unique_ptr<Connection> run_handshake(const ConnParams& req, std::unique_ptr<PreparedQp> qp,
-                                              ConnectError& err);
-    std::unique_ptr<Connection> finish_connect(const std::shared_ptr<Active>& a, PreparedQp* qp, ConnectError& err);
-
-    // The background thread and what it does (all under mu_ except the socket calls).
-    void run();
-    int poll_timeout_ms(uint64_t now);
-    void on_datagram(std::span<const uint8_t> d, uint64_t now);
-    void on_reg_reply(const ParsedMsg& m);
-    void on_conn_req(const ConnParams& req, uint64_t now);
-    void on_conn_rep(const ConnParams& rep);
-    void on_conn_rtu(const ConnParams& rtu);
-    PassiveOffer offer_for(const ConnParams& req, std::unique_ptr<Connection>& rdma_conn);
-    void accept_tcp(uint64_t now);
-    void read_preamble(PendingSocket& s);
-    void timers(uint64_t now);
-    void send_heartbeat(uint64_t now);
-    void send(MsgType type, const ConnParams& p);
-    void send_raw(MsgType type, uint64_t seq, std::span<const uint8_t> body);
-    void wake();
-    uint64_t now_ms() const;
-    bool from_gateway(const sockaddr_in& from) const;
-
-    EndpointOptions options_;
-    RdmaProvider* rdma_ = nullptr;
-    bool rdma_ready_ = false;
-    RdmaDeviceParams rdma_params_;  // what record() registers, read once at open
-    std::string rdma_error_;
-    uint64_t handshake_timeout_ms_ = 0;
-    int ctl_fd_ = -1;
-    int tcp_fd_ = -1;
-    int wake_fd_ = -1;
-    uint16_t tcp_port_ = 0;
-    uint32_t heartbeat_ms_ = kEndpointHeartbeatMs;
-
-    std::mutex send_mu_;  // ctl_fd_ stays open while a send uses it (stop() closes it)
-    mutable std::mutex mu_;  // everything below
-    std::condition_variable changed_;  // a handshake moved, a connection was queued, or stopping
-    bool listening_ = false;
-    bool stopping_ = false;
-    std::mt19937_64 rng_;
-    std::unordered_map<uint64_t, std::shared_ptr<Active>> active_;  // by conn_id
-    PassiveHandshakes passive_;
-    std::map<PassiveHandshakes::Key, std::unique_ptr<Connection>> rdma_half_open_;  // until RTU
-    std::deque<std::unique_ptr<Connection>> accepted_;
-    std::vector<PendingSocket> pending_;  // the thread's own (stop() closes them after it ended)
-    uint64_t next_heartbeat_ms_ = 0;
-    uint64_t heartbeat_seq_ = 0, reg_seq_ = 0;
-    EndpointStats stats_;
-    std::thread thread_;
+    std::unique_ptr<RdmaProvider> own_rdma_;  // make_verbs_provider() when none was given
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace fedgate

@@ -55,8 +55,8 @@ const char* fedgate_stage_name(int stage);
 
 /* Opens an endpoint: registers `pid` ("PARTY.NODE.LOCAL") with the gateway at `gateway` ("IP" or
  * "IP:PORT", default port 7410), sending from this node's address `bind_ipv4`. `transport`:
- * "auto", "rdma" or "tcp" (NULL: "auto"; this library has no RDMA device support of its own, so
- * auto means tcp and rdma fails at stage transport). */
+ * "auto", "rdma" or "tcp" (NULL: "auto": the node's RDMA device where there is one with a RoCE v2
+ * GID on bind_ipv4's subnet, else tcp; "rdma" without a device fails at stage transport). */
 fedgate_endpoint* fedgate_open(const char* gateway, const char* pid, const char* bind_ipv4, const char* transport,
                                fedgate_error* err);
 /* Deregisters and frees the endpoint. Connections it handed out stay usable until closed. */

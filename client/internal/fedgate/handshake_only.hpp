@@ -9,6 +9,7 @@
 
 #include "fedgate/connection.hpp"
 #include "fedgate/endpoint.hpp"
+#include "fedgate/handshake.hpp"
 
 namespace fedgate {
 
@@ -46,10 +47,10 @@ public:
     // normally 0: there is no ring).
     explicit HandshakeOnlyProvider(const RdmaQpParams& local) : local_(local) {}
 
-    // False, naming the bad value, for a QPN outside 2..2^24-1 (0 and 1 are the special QPs), a PSN
+    // Throws Error (stage transport) naming the bad value, for a QPN outside 2..2^24-1 (0 and 1 are the special QPs), a PSN
     // over 24 bits, an MTU that is no RDMA path MTU or a zero GID.
-    bool open(std::string& error) override;
-    std::unique_ptr<PreparedQp> prepare(std::string& error) override;
+    void open() override;
+    std::unique_ptr<PreparedQp> prepare() override;
     RdmaDeviceParams device_params() const override { return {local_.gid, local_.qpn, local_.mtu}; }
     const RdmaQpParams& local() const { return local_; }
 

@@ -20,43 +20,24 @@
 #include <vector>
 
 #include "proto/conn_wire.hpp"
+#include "fedgate/error.hpp"
+#include "fedgate/rdma.hpp"
 
 namespace fedgate {
-
-// Where a connect() failed; every failure names one.
-enum class ConnStage : uint8_t { resolve, req, rep, refused, transport, rtr, rts, data };
-inline constexpr std::size_t kConnStageCount = 8;
-const char* conn_stage_name(ConnStage s);
 
 // The stage a refusing REP's status belongs to: statuses only the initiator's own gateway gives
 // (unknown_initiator, no_peer, bad_request) are "req", transport_mismatch is "transport", the rest
 // (the target or its gateway said no) "refused".
 ConnStage stage_of_refusal(ConnStatus s);
 
-// One side's RDMA queue pair as the handshake carries it.
-struct RdmaQpParams {
-    uint32_t qpn = 0;  // 24 bits
-    uint32_t psn = 0;  // this side's starting send PSN, 24 bits, random
-    uint16_t mtu = 0;  // this side's path MTU
-    std::array<uint8_t, 16> gid{};
-    uint32_t rkey = 0;  // this side's receive ring
-    uint64_t raddr = 0;
-    uint32_t rlen = 0;
-    bool operator==(const RdmaQpParams&) const = default;
-};
 RdmaQpParams rdma_params_of(const ConnParams& p);
 void put_rdma_params(const RdmaQpParams& q, ConnParams& p);
 
-// What moving a QP to RTR and RTS needs, from both sides' parameters: each direction has its own
-// PSN (the peer's start is what we expect to receive, ours is what we send), the MTU is the lower.
-struct RdmaPath {
-    RdmaQpParams remote;
-    uint32_t rq_psn = 0;  // RTR: the peer's starting PSN
-    uint32_t sq_psn = 0;  // RTS: our own
-    uint16_t mtu = 0;     // negotiate_mtu(ours, theirs)
-    bool operator==(const RdmaPath&) const = default;
+// How a connect() failed, inside the library (the public API throws it as Error).
+struct ConnectError {
+    ConnStage stage = ConnStage::resolve;
+    std::string message;
 };
-RdmaPath rdma_path(const RdmaQpParams& local, const RdmaQpParams& remote);
 
 // A random starting PSN (24 bits).
 uint32_t random_psn(std::mt19937_64& rng);
