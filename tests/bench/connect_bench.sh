@@ -13,12 +13,22 @@
 # 2. Throughput: one connection sends BYTES over the tcp backend (with SHA-256 on both sides, as
 #    fedgate-node always does); reference: iperf3 (one TCP stream, 10 s) through a mapping pair of
 #    the same two gateways to the same node. Reported as Mbit/s and the ratio.
+# 3. Frameworks' paths, same bytes, same gateways: the Python module (fedgate.Endpoint, send of a
+#    memoryview / recv_into, no digest) and the sidecar (iperf3 between `fedgate-node forward` on
+#    node a and `fedgate-node expose` on node b, by process ID), each beside fedgate-node connect
+#    (section 2) and iperf3 through a static mapping pair. Reported as Mbit/s and ratios.
 #
-# usage: connect_bench.sh BUILD_DIR [COUNT] [BYTES]   (root; about 2 minutes)
+# usage: connect_bench.sh BUILD_DIR [COUNT] [BYTES]   (root; about 3 minutes)
+#        connect_bench.sh BUILD_DIR --smoke          (CI: tiny sizes, checks it runs and reports)
 set -euo pipefail
-BUILD=$(realpath "${1:?usage: connect_bench.sh BUILD_DIR [COUNT] [BYTES]}")
-COUNT=${2:-1000}
-BYTES=${3:-1073741824}
+BUILD=$(realpath "${1:?usage: connect_bench.sh BUILD_DIR [COUNT] [BYTES] | --smoke}")
+IPERF_S=10
+if [[ ${2:-} == --smoke ]]; then
+    COUNT=10 BYTES=8388608 IPERF_S=1
+else
+    COUNT=${2:-1000}
+    BYTES=${3:-1073741824}
+fi
 [[ $COUNT =~ ^[0-9]+$ ]] && ((COUNT >= 10)) || { echo "connect_bench: COUNT must be an integer >= 10" >&2; exit 2; }
 [[ $BYTES =~ ^[0-9]+$ ]] && ((BYTES >= 1048576)) || { echo "connect_bench: BYTES must be >= 1048576" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "connect_bench: run as root (network namespaces)" >&2; exit 1; }
@@ -125,12 +135,82 @@ lab_ctl b map add export --cluster bench --proto tcp --port 19201 --node "$B_NOD
 ip netns exec "$NS_B_NODE" iperf3 -s -B "$B_NODE_IP" -p 5201 -1 >/dev/null 2>&1 &
 PIDS+=($!)
 lab_wait "iperf3 server" bash -c "ip netns exec '$NS_B_NODE' ss -ltn | grep -q '$B_NODE_IP:5201'"
-ip netns exec "$NS_A_NODE" iperf3 -c "$A_IN_IP" -p 9201 -t 10 -J >"$WORK/iperf.json"
+ip netns exec "$NS_A_NODE" iperf3 -c "$A_IN_IP" -p 9201 -t "$IPERF_S" -J >"$WORK/iperf.json"
 ip_mbit=$(python3 -c "import json; r = json.load(open('$WORK/iperf.json')); print(f\"{r['end']['sum_received']['bits_per_second'] / 1e6:.0f}\")")
 result "tcp backend, 1 connection, $BYTES bytes with SHA-256 both sides: $fg_mbit Mbit/s"
-result "iperf3, 1 TCP stream, 10 s, same gateways: $ip_mbit Mbit/s"
+result "iperf3, 1 TCP stream, $IPERF_S s, same gateways: $ip_mbit Mbit/s"
 result "throughput ratio (fedgate tcp backend / iperf3): $(python3 -c "print(f'{$fg_mbit / max($ip_mbit, 1):.2f}')")"
+
+echo "-- 3. the Python module and the sidecar, same gateways"
+# The Python module: from the build tree (client/python), run by Debian's python3.
+pymod=$(find "$BUILD/client/python" -maxdepth 2 -name 'fedgate*.so' 2>/dev/null | head -1)
+if [[ -n $pymod ]]; then
+    pydir=$(dirname "$pymod")
+    ip netns exec "$NS_B_NODE" env PYTHONPATH="$pydir" /usr/bin/python3 - "$B_IN_IP" "$B_NODE_IP" >"$WORK/py_rx" 2>&1 <<'PY' &
+import sys, fedgate
+buf = bytearray(4 << 20)
+with fedgate.Endpoint(gateway=sys.argv[1], pid="2.7.60", bind=sys.argv[2], transport="tcp") as ep:
+    ep.listen()
+    print("listening", flush=True)
+    with ep.accept(120) as c:
+        n = 0
+        while (k := c.recv_into(buf)) > 0:
+            n += k
+    print("received", n, flush=True)
+PY
+    PIDS+=($!)
+    lab_wait "the Python receiver" grep -q "^listening" "$WORK/py_rx"
+    lab_wait "A to learn 2.7.60" lab_ctl a dir show 2.7.60
+    ip netns exec "$NS_A_NODE" env PYTHONPATH="$pydir" /usr/bin/python3 - "$A_IN_IP" "$A_NODE_IP" "$BYTES" >"$WORK/py_tx" 2>&1 <<'PY' || true
+import sys, time, fedgate
+total = int(sys.argv[3])
+chunk = memoryview(bytearray(b"\x5a" * (4 << 20)))
+with fedgate.Endpoint(gateway=sys.argv[1], pid="1.3.110", bind=sys.argv[2], transport="tcp") as ep:
+    c = ep.connect("2.7.60")
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < total:
+        part = chunk[: min(len(chunk), total - sent)]
+        c.send(part)
+        sent += len(part)
+    c.shutdown()
+    c.recv(1)  # b"" once the receiver has read everything and closed
+    dt = time.perf_counter() - t0
+    c.close()
+print(f"{sent} {sent * 8 / dt / 1e6:.0f}")
+PY
+    read -r py_bytes py_mbit <"$WORK/py_tx" || true
+    lab_wait "the Python receiver to finish" grep -q "^received" "$WORK/py_rx"
+    py_got=$(sed -n 's/^received //p' "$WORK/py_rx")
+    [[ $py_got == "$BYTES" && ${py_bytes:-0} == "$BYTES" ]] || { echo "  Python module: sent ${py_bytes:-?}, received ${py_got:-?} of $BYTES" >&2; py_mbit=0; }
+    result "Python module, 1 connection, $BYTES bytes: ${py_mbit:-0} Mbit/s"
+    result "  ratio to fedgate-node connect: $(python3 -c "print(f'{${py_mbit:-0} / max($fg_mbit, 1):.2f}')"), to iperf3: $(python3 -c "print(f'{${py_mbit:-0} / max($ip_mbit, 1):.2f}')")"
+else
+    result "Python module: not built (no fedgate*.so under $BUILD/client/python)"
+fi
+
+# The sidecar: iperf3 by process ID, no mapping by hand.
+ip netns exec "$NS_B_NODE" iperf3 -s -B 127.0.0.1 -p 5202 -1 >/dev/null 2>&1 &
+PIDS+=($!)
+in_node b expose --pid 2.7.61 --to 127.0.0.1:5202 >"$WORK/expose" 2>&1 &
+PIDS+=($!)
+lab_wait "expose" grep -q "^exposing" "$WORK/expose"
+lab_wait "A to learn 2.7.61" lab_ctl a dir show 2.7.61
+in_node a forward --listen 127.0.0.1:5203 --to 2.7.61 --pid 1.3.111 >"$WORK/forward" 2>&1 &
+PIDS+=($!)
+lab_wait "forward" grep -q "^forwarding" "$WORK/forward"
+ip netns exec "$NS_A_NODE" iperf3 -c 127.0.0.1 -p 5203 -t "$IPERF_S" -J >"$WORK/iperf_sc.json" || true
+sc_mbit=$(python3 -c "import json; r = json.load(open('$WORK/iperf_sc.json')); print(f\"{r['end']['sum_received']['bits_per_second'] / 1e6:.0f}\")" 2>/dev/null || echo 0)
+result "iperf3 through forward/expose by process ID, $IPERF_S s: $sc_mbit Mbit/s"
+result "  ratio to fedgate-node connect: $(python3 -c "print(f'{$sc_mbit / max($fg_mbit, 1):.2f}')"), to iperf3 through a static mapping: $(python3 -c "print(f'{$sc_mbit / max($ip_mbit, 1):.2f}')")"
 
 echo
 echo "== summary"
 printf '  %s\n' "${SUMMARY[@]}"
+# Smoke mode checks that every path moved its bytes (never how fast).
+if [[ ${2:-} == --smoke ]]; then
+    for f in "fedgate-node connect:$fg_mbit" "iperf3:$ip_mbit" "Python module:${py_mbit:-0}" "forward/expose:$sc_mbit"; do
+        [[ ${f##*:} =~ ^[0-9]+$ && ${f##*:} -gt 0 ]] || { echo "connect_bench: ${f%%:*} moved nothing" >&2; exit 1; }
+    done
+    echo "connect_bench: smoke run complete"
+fi
