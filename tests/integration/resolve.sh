@@ -2,7 +2,8 @@
 # Integration: the process directory and address resolution across three gateways (so that a
 # broadcast means something). Compute processes register with fedgate-node on the nodes; lookups
 # are served from the announced cache, by a directed query (party C does not announce), by
-# broadcast (party 0), or end as "not found" (then from the negative cache). A restart with a new
+# broadcast (party 0), or end as "not found" (then from the negative cache); a lookup for an exact
+# ID is never answered with another party's process of the same node and local part. A restart with a new
 # epoch and a process that stops heartbeating reach every peer; forged, replayed and stale peer
 # messages change nothing. Cleans up on any exit.
 # usage: resolve.sh BUILD_DIR
@@ -109,6 +110,14 @@ check "node a resolves 0.7.42 by broadcast to B" \
     eq "$(resolve_field a 0.7.42 source) $(resolve_field a 0.7.42 pid)" "broadcast 2.7.42"
 check "B answered the broadcast once" eq "$(stat b "['resolve']['peer_queries_found']")" "$((b_found + 1))"
 check "C said not here once" eq "$(stat c "['resolve']['peer_queries_not_here']")" "$((c_no + 1))"
+
+# --- a lookup for an exact ID: the owner says "not here", the broadcast must not take another
+# party's process on the same node and local part (C's 3.5.9 for B's 2.5.9) ---
+c_no=$(stat c "['resolve']['peer_queries_not_here']")
+check "node a's lookup of 2.5.9 is not answered with C's 3.5.9" eq "$(resolve_field a 2.5.9 status)" "not_found"
+check "C was asked for exactly 2.5.9 and said not here" eq "$(stat c "['resolve']['peer_queries_not_here']")" "$((c_no + 1))"
+check "A holds no record under 2.5.9" eval '! jctl a "r[\"record\"][\"pid\"]" dir show 2.5.9 >/dev/null 2>&1'
+check "a party-0 lookup 0.5.9 still finds C's process under its real ID" eq "$(resolve_field a 0.5.9 status) $(resolve_field a 0.5.9 pid)" "ok 3.5.9"
 
 # --- not found, then from the negative cache ---
 check "unknown 2.99.99 is not found" eq "$(resolve_field a 2.99.99 status)" "not_found"
