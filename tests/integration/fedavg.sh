@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Integration: the FedAvg example (examples/fedavg/run.sh) with 32 MiB models, an aggregator in
+# party alpha and two trainers in party beta, through both gateways each way that exists in this
+# build: gRPC through a static port map, gRPC through fedgate-node expose/forward by process ID, and
+# the fedgate Python module. Every run finishes all rounds, every trainer takes part in every round,
+# the final checksums are identical, and training changed the model. run.sh cleans the lab up on any
+# exit.
+# usage: fedavg.sh BUILD_DIR
+set -euo pipefail
+[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root for network namespaces"; exit 77; }
+/usr/bin/python3 -c "import numpy, grpc" ||
+    { echo "fedavg.sh: python3-numpy or python3-grpcio is missing (tools/deps.sh installs them)"; exit 1; }
+
+BUILD=$(realpath "${1:?usage: fedavg.sh BUILD_DIR}")
+HERE=$(cd "$(dirname "$0")" && pwd)
+RUN=$HERE/../../examples/fedavg/run.sh
+ROUNDS=3
+MODEL_MIB=32
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+# The ways this build can run: the port map always; the sidecar and the module once they are built.
+WAYS=(grpc-portmap)
+if "$BUILD/tools/fedgate-node" help expose >/dev/null 2>&1 && "$BUILD/tools/fedgate-node" help forward >/dev/null 2>&1; then
+    WAYS+=(grpc-pid)
+else
+    echo "note: fedgate-node has no expose/forward: grpc-pid is not run"
+fi
+if [[ -n $(find "$BUILD" -name 'fedgate*.so' -path '*python*' -print -quit) ]]; then
+    WAYS+=(fedgate)
+else
+    echo "note: no fedgate Python module in $BUILD: the fedgate way is not run"
+fi
+
+rc=0
+"$RUN" "$BUILD" --no-build --prefix "f$((RANDOM % 1000))" --out "$OUT" --rounds "$ROUNDS" --model-mib "$MODEL_MIB" \
+    --transport "$(IFS=,; echo "${WAYS[*]}")" || rc=$?
+echo
+
+failures=0
+check() {
+    local what=$1
+    shift
+    if "$@"; then echo "ok   - $what"; else echo "FAIL - $what"; failures=$((failures + 1)); fi
+}
+eq() { [[ $1 == "$2" ]] || { echo "     expected '$2', got '$1'" >&2; return 1; }; }
+field() { # field WAY NAME — the value after NAME on the aggregator's final line
+    sed -n "s/^final model sha256 .* $2 \([^ ]*\).*/\1/p" "$OUT/$1.aggregator.log" 2>/dev/null
+}
+
+check "run.sh exits 0 (every way finished, checksums identical)" eq "$rc" 0
+# Each message is at least MODEL_MIB: the model goes to 2 trainers and comes back, every round.
+min_bytes=$((2 * 2 * ROUNDS * MODEL_MIB * 1048576))
+declare -A FINAL=() INITIAL=()
+for w in "${WAYS[@]}"; do
+    FINAL[$w]=$(sed -n 's/^final model sha256 \([0-9a-f]\{64\}\) .*/\1/p' "$OUT/$w.aggregator.log" 2>/dev/null)
+    INITIAL[$w]=$(sed -n 's/^initial model sha256 \([0-9a-f]\{64\}\)$/\1/p' "$OUT/$w.aggregator.log" 2>/dev/null)
+    check "$w: the aggregator finished round $ROUNDS/$ROUNDS" grep -q "^round $ROUNDS/$ROUNDS: " "$OUT/$w.aggregator.log"
+    check "$w: the final line counts $ROUNDS rounds" eq "$(field "$w" rounds)" "$ROUNDS"
+    check "$w: at least 2 x 2 x $ROUNDS x $MODEL_MIB MiB moved" eq "$(( $(field "$w" bytes || echo 0) >= min_bytes ))" 1
+    for k in 1 2; do
+        check "$w: trainer $k trained every round and left" grep -q "^trainer $k done after $ROUNDS rounds$" \
+            "$OUT/$w.trainer$k.log"
+    done
+    check "$w: a final checksum" eq "${#FINAL[$w]}" 64
+done
+first=${WAYS[0]}
+for w in "${WAYS[@]:1}"; do
+    check "$w's final model is bit-identical to $first's" eq "${FINAL[$w]}" "${FINAL[$first]}"
+    check "$w started from the same initial model as $first" eq "${INITIAL[$w]}" "${INITIAL[$first]}"
+done
+check "training changed the model (final checksum differs from the initial one)" \
+    bash -c "[[ -n '${INITIAL[$first]}' && '${FINAL[$first]}' != '${INITIAL[$first]}' ]]"
+check "the validation accuracy rose over the rounds" python3 - "$OUT/$first.aggregator.log" <<'PY'
+import re, sys
+acc = [float(m.group(1)) for m in re.finditer(r"^round \d+(?:/\d+)?: validation loss \S+ accuracy (\S+)",
+                                             open(sys.argv[1]).read(), re.M)]
+sys.exit(0 if len(acc) >= 2 and acc[-1] > acc[0] + 0.1 else 1)
+PY
+
+echo
+echo "ways run: ${WAYS[*]}"
+((failures == 0)) || { echo "fedavg: $failures check(s) failed"; exit 1; }
+echo "fedavg: all checks passed"
