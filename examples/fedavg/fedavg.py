@@ -343,6 +343,14 @@ def parse_trainers(specs):
     return dict(sorted(trainers.items()))
 
 
+def describe(error):
+    """One line for a failed exchange: gRPC's status, fedgate's stage, or the exception."""
+    if callable(getattr(error, "code", None)) and callable(getattr(error, "details", None)):
+        return f"gRPC {error.code().name}: {error.details()}"
+    stage = getattr(error, "stage", None)
+    return f"{type(error).__name__}{f' (stage {stage})' if stage else ''}: {error}"
+
+
 def run_aggregator(args):
     trainers = parse_trainers(args.trainer)
     n = model_size(args.model_mib)
@@ -381,7 +389,7 @@ def run_aggregator(args):
         for t in threads:
             t.join()
         for tid, e in sorted(errors.items()):
-            raise SystemExit(f"fedavg: trainer {tid}: {type(e).__name__}: {e}")
+            raise SystemExit(f"fedavg: trainer {tid}: {describe(e)}")
         return replies
 
     for rnd in range(1, args.rounds + 1):

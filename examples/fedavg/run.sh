@@ -161,6 +161,9 @@ AGG_TIMEOUT_S=${FEDAVG_TIMEOUT_S:-1200}
 AGG_TRAINERS=() AGG_ARGS=() WAY_TRAINERS=()
 JOB_ARGS=(--rounds "$ROUNDS" --model-mib "$MODEL_MIB")
 
+# Bytes gateway A's external port has sent and received: what crossed between the parties.
+crossed_bytes() { lab_json a "sum(p['rx_bytes'] + p['tx_bytes'] for p in r['ports'] if p['name'] == 'external')" stats; }
+
 trainer_ready() { grep -q "^trainer $1 ready" "$WORK/$2.trainer$1.log"; }
 
 prepare_grpc-portmap() {
@@ -215,14 +218,21 @@ prepare_fedgate() {
 # run_way WAY — trainers (and sidecars) up, the aggregator in the foreground, then everything down.
 # Fails (without stopping the other ways) when any part of it does.
 run_way() {
-    local way=$1 rc=0 p k
+    local way=$1 rc=0 p k before after agg
     AGG_TRAINERS=() AGG_ARGS=() WAY_TRAINERS=()
     say "$way"
+    before=$(crossed_bytes) || before=
     "prepare_$way" || rc=$?
     if ((rc == 0)); then
-        in_ns "$NS_A_NODE" env ${PYMOD_DIR:+PYTHONPATH="$PYMOD_DIR"} timeout "$AGG_TIMEOUT_S" \
-            $PY "$FEDAVG" aggregator --transport "$way" "${AGG_TRAINERS[@]}" "${AGG_ARGS[@]}" "${JOB_ARGS[@]}" \
-            2>&1 | tee "$WORK/$way.aggregator.log" || rc=$?
+        # In the background, so that a signal to this script is handled at once (bash runs traps
+        # only between foreground commands); its log is shown as it grows.
+        start "$way.aggregator" "$NS_A_NODE" env ${PYMOD_DIR:+PYTHONPATH="$PYMOD_DIR"} timeout "$AGG_TIMEOUT_S" \
+            $PY "$FEDAVG" aggregator --transport "$way" "${AGG_TRAINERS[@]}" "${AGG_ARGS[@]}" "${JOB_ARGS[@]}"
+        agg=$LAST_PID
+        tail -s 0.2 -n +1 -f --pid="$agg" "$WORK/$way.aggregator.log" &
+        PIDS+=("$!")
+        wait "$agg" || rc=$?
+        wait "$!" || true
     fi
     # The trainers leave by themselves, exit 0, after the aggregator's last message; sidecars are stopped.
     for k in "${!WAY_TRAINERS[@]}"; do
@@ -234,6 +244,8 @@ run_way() {
         grep -q "^trainer $k done after $ROUNDS rounds" "$WORK/$way.trainer$k.log" 2>/dev/null || rc=1
     done
     stop_pids
+    after=$(crossed_bytes) || after=
+    [[ -z $before || -z $after ]] || echo "$((after - before))" >"$WORK/$way.crossed"
     if ((rc != 0)); then
         echo "run.sh: $way failed; its other logs:" >&2
         for p in "$WORK/$way".*.log; do
@@ -248,6 +260,7 @@ run_way() {
 say "the lab: gateways A (alpha) and B (beta), prefix $LAB_PREFIX"
 lab_up
 
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 declare -A SUMS=()
 failed=0
 for w in "${WAYS[@]}"; do
@@ -255,15 +268,15 @@ for w in "${WAYS[@]}"; do
 done
 
 say "summary: ${#WAYS[@]} way(s), $ROUNDS rounds, $MODEL_MIB MiB model"
-printf '%-14s %-7s %-10s %-8s %s\n' way rounds "MiB moved" seconds "final model sha256"
+printf '%-14s %-7s %-10s %-10s %-8s %s\n' way rounds "MiB moved" "MiB via A" seconds "final model sha256"
 for w in "${WAYS[@]}"; do
     line=$(grep '^final model sha256 ' "$WORK/$w.aggregator.log" 2>/dev/null || true)
     # final model sha256 HEX rounds R bytes B seconds S
     read -r _ _ _ sum _ rounds _ bytes _ seconds <<<"$line" || true
     if [[ -n $line && $rounds == "$ROUNDS" ]]; then
         SUMS[$w]=$sum
-        printf '%-14s %-7s %-10s %-8s %s\n' "$w" "$rounds" "$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')" \
-            "$seconds" "$sum"
+        crossed=$(cat "$WORK/$w.crossed" 2>/dev/null || echo 0)
+        printf '%-14s %-7s %-10s %-10s %-8s %s\n' "$w" "$rounds" "$(mib "$bytes")" "$(mib "$crossed")" "$seconds" "$sum"
     else
         printf '%-14s %s\n' "$w" "FAILED (see above)"
     fi

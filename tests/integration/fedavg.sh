@@ -3,8 +3,8 @@
 # party alpha and two trainers in party beta, through both gateways each way that exists in this
 # build: gRPC through a static port map, gRPC through fedgate-node expose/forward by process ID, and
 # the fedgate Python module. Every run finishes all rounds, every trainer takes part in every round,
-# the final checksums are identical, and training changed the model. run.sh cleans the lab up on any
-# exit.
+# the model bytes cross gateway A's external port, the final checksums are identical, and training
+# changed the model. run.sh cleans the lab up on any exit.
 # usage: fedavg.sh BUILD_DIR
 set -euo pipefail
 [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root for network namespaces"; exit 77; }
@@ -58,6 +58,8 @@ for w in "${WAYS[@]}"; do
     check "$w: the aggregator finished round $ROUNDS/$ROUNDS" grep -q "^round $ROUNDS/$ROUNDS: " "$OUT/$w.aggregator.log"
     check "$w: the final line counts $ROUNDS rounds" eq "$(field "$w" rounds)" "$ROUNDS"
     check "$w: at least 2 x 2 x $ROUNDS x $MODEL_MIB MiB moved" eq "$(( $(field "$w" bytes || echo 0) >= min_bytes ))" 1
+    check "$w: the model bytes crossed between the parties (gateway A's external port)" \
+        eq "$(( $(cat "$OUT/$w.crossed" 2>/dev/null || echo 0) >= min_bytes ))" 1
     for k in 1 2; do
         check "$w: trainer $k trained every round and left" grep -q "^trainer $k done after $ROUNDS rounds$" \
             "$OUT/$w.trainer$k.log"
@@ -73,7 +75,7 @@ check "training changed the model (final checksum differs from the initial one)"
     bash -c "[[ -n '${INITIAL[$first]}' && '${FINAL[$first]}' != '${INITIAL[$first]}' ]]"
 check "the validation accuracy rose over the rounds" python3 - "$OUT/$first.aggregator.log" <<'PY'
 import re, sys
-acc = [float(m.group(1)) for m in re.finditer(r"^round \d+(?:/\d+)?: validation loss \S+ accuracy (\S+)",
+acc = [float(m.group(1)) for m in re.finditer(r"^round \d+(?:/\d+)?: validation loss \S+ accuracy ([0-9.]+)",
                                              open(sys.argv[1]).read(), re.M)]
 sys.exit(0 if len(acc) >= 2 and acc[-1] > acc[0] + 0.1 else 1)
 PY
