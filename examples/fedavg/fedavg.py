@@ -105,6 +105,7 @@ class LocalTrainer:
 HEADER = struct.Struct("<4sHHIIQ")  # magic, kind, trainer ID, round, samples, payload length
 MAGIC = b"FAVG"
 KIND_MODEL, KIND_UPDATE, KIND_DONE, KIND_BYE = 1, 2, 3, 4
+MAX_PAYLOAD = 4 << 30  # a bad header must not make the receiver allocate without bound
 
 
 class Header:
@@ -132,8 +133,8 @@ class ProtocolError(Exception):
 
 def payload_buffer(length):
     """A float32 array to receive `length` payload bytes into, and a byte view of it."""
-    if length % F32.itemsize:
-        raise ProtocolError(f"payload of {length} bytes is not whole float32s")
+    if length % F32.itemsize or length > MAX_PAYLOAD:
+        raise ProtocolError(f"payload of {length} bytes is not whole float32s, or over {MAX_PAYLOAD} bytes")
     array = np.empty(length // F32.itemsize, dtype=F32)
     return array, memoryview(array).cast("B")
 
@@ -296,6 +297,8 @@ def run_trainer(args):
     state = {"trainer": None, "round": 0}
 
     def handle(header, payload):
+        if header.trainer != args.id:
+            raise ProtocolError(f"a message for trainer {header.trainer}, not {args.id}")
         if header.kind == KIND_DONE:
             say(f"trainer {args.id} done after {state['round']} rounds")
             return Header(KIND_BYE, args.id, header.round), None, True
