@@ -63,8 +63,13 @@ while (($#)); do
 done
 [[ -n $BUILD ]] || { usage >&2; exit 2; }
 ((${#WAYS[@]})) || WAYS=("${ALL_WAYS[@]}")
+asked=" ${WAYS[*]} "
 for w in "${WAYS[@]}"; do
     [[ " ${ALL_WAYS[*]} " == *" $w "* ]] || { echo "run.sh: unknown transport '$w' (want ${ALL_WAYS[*]})" >&2; exit 2; }
+done
+WAYS=()
+for w in "${ALL_WAYS[@]}"; do  # each once, in the usual order
+    [[ $asked != *" $w "* ]] || WAYS+=("$w")
 done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rounds wants a positive integer" >&2; exit 2; }
 [[ $MODEL_MIB =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "run.sh: --model-mib wants a number of MiB" >&2; exit 2; }
