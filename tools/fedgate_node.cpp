@@ -35,5 +35,10 @@ int main(int argc, char** argv) {
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
+    // Peers may close any socket at any time (expose/forward above all): EPIPE, not death.
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, nullptr);
     return fedgate::run_fedgate_node(argc, argv, std::cout, std::cerr, stop[0]);
 }

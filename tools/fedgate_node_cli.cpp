@@ -34,7 +34,9 @@
 #include "fedgate/endpoint.hpp"
 #include "fedgate/handshake_only.hpp"
 #include "fedgate/node_client.hpp"
+#include "client/src/tcp_backend.hpp"
 #include "tools/command_table.hpp"
+#include "tools/sidecar.hpp"
 
 #ifndef FEDGATE_VERSION
 #define FEDGATE_VERSION "unknown"
@@ -82,7 +84,11 @@ void resolve_options(po::options_description&, po::options_description&, po::pos
 void help_options(po::options_description&, po::options_description&, po::positional_options_description&);
 void listen_options(po::options_description&, po::options_description&, po::positional_options_description&);
 void connect_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void expose_options(po::options_description&, po::options_description&, po::positional_options_description&);
+void forward_options(po::options_description&, po::options_description&, po::positional_options_description&);
 int run_listen(const Invocation&);
+int run_expose(const Invocation&);
+int run_forward(const Invocation&);
 int run_connect(const Invocation&);
 int run_register(const Invocation&);
 int run_deregister(const Invocation&);
@@ -127,6 +133,19 @@ constexpr std::array kCommands{
             "fedgate-node --gateway 198.18.1.1 --bind 198.18.1.20 connect --pid 1.7.42 --to 2.7.42 --transport rdma "
             "--handshake-only --qpn 0x1234 --psn 0x42 --mtu 4096 --json",
             connect_options, run_connect},
+    Command{"expose", "", "--pid ID --to HOST:PORT [--tcp-port N] [--transport auto|rdma|tcp]",
+            "register as process ID and hand every connection made to it to a new TCP connection to HOST:PORT "
+            "(a sidecar for a server that cannot change)",
+            "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 expose --pid 2.7.50 --to 127.0.0.1:50051\n"
+            "fedgate-node --gateway 198.18.2.1 expose --pid 2.7.50 --to localhost:8080 --tcp-port 7000 --transport tcp",
+            expose_options, run_expose},
+    Command{"forward", "", "--listen HOST:PORT --to ID --pid ID [--transport auto|rdma|tcp]",
+            "accept local TCP connections on HOST:PORT and connect each to process ID through the gateways "
+            "(a sidecar for a client that cannot change)",
+            "fedgate-node --gateway 198.18.1.1 --bind 198.18.1.20 forward --listen 127.0.0.1:6000 --to 2.7.50 "
+            "--pid 1.3.7\n"
+            "fedgate-node --gateway 198.18.1.1 forward --listen 0.0.0.0:6000 --to 2.7.50 --pid 1.3.7 --transport tcp",
+            forward_options, run_forward},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgate-node help register",
             help_options, run_help},
 };
@@ -170,7 +189,8 @@ void print_id_note(std::ostream& out) {
 
 void print_help(std::ostream& out) {
     out << "fedgate-node: register a compute process with its fedgate gateway, keep it registered, and\n"
-           "resolve other processes' DMA (RDMA/RoCE v2 or TCP) addresses through it\n\n";
+           "resolve other processes' DMA (RDMA/RoCE v2 or TCP) addresses through it; connect to processes by\n"
+           "ID, and (expose, forward) let programs that cannot change do so through local TCP ports\n\n";
     cli::print_commands(out, kProgram, kCommands);
     out << "\n" << global_options() << "\n";
     print_id_note(out);
@@ -198,6 +218,34 @@ void print_command_help(std::ostream& out, const cli::CommandText& c) {
         out << "\nEach connection sends an 8-byte length, N pseudo-random bytes and their SHA-256; the listener\n"
                "answers with its own digest. A failure names its stage: resolve, req, rep, refused, transport,\n"
                "rtr, rts or data. Exit 1 if any connection failed or any digest differed.\n";
+    if (c.name == "expose")
+        out << "\nA sidecar beside a TCP server that knows nothing of fedgate: it registers --pid, listens, and for\n"
+               "every connection another process makes to that ID (fedgate-node forward, or a program with the\n"
+               "client library) opens a new TCP connection to --to and copies the bytes both ways. When one side\n"
+               "stops sending (EOF) the other side's sending direction is shut down, so a half-close passes\n"
+               "through; both are closed once both directions are done. Any number of connections at once.\n"
+               "\n"
+               "Prints 'exposing ID to HOST:PORT' once ready, then one line per connection as it ends:\n"
+               "  conn 0x... PEER-ID <-> HOST:PORT tcp: N bytes PEER-ID -> HOST:PORT, M bytes HOST:PORT -> PEER-ID, S s\n"
+               "A target that refuses is said on stderr ('cannot connect to TCP HOST:PORT: Connection refused') and\n"
+               "the fedgate connection is closed. SIGINT or SIGTERM closes the connections still open, prints\n"
+               "'expose ID: N connections, F failed' on stderr, deregisters and exits 0.\n"
+               "HOST is an IPv4 address or localhost; the target is normally on this node (127.0.0.1).\n";
+    if (c.name == "forward")
+        out << "\nA sidecar beside a TCP client that knows nothing of fedgate: point the client at --listen, and\n"
+               "every connection it makes there is connected to process --to through the gateways (typically a\n"
+               "server behind 'fedgate-node expose' in another party), the bytes copied both ways; half-closes\n"
+               "pass through as for expose. The sidecar registers as --pid (an ID of this gateway's party, unique\n"
+               "to this sidecar) to make its connections; no mapping is configured by hand.\n"
+               "\n"
+               "Prints 'forwarding HOST:PORT to ID' once ready (port 0 in --listen: the port taken is printed),\n"
+               "then one line per connection as it ends:\n"
+               "  conn 0x... CLIENT <-> ID tcp: N bytes CLIENT -> ID, M bytes ID -> CLIENT, S s\n"
+               "A connect to --to that fails closes the local connection and says the stage on stderr, such as\n"
+               "'forward: connect 2.7.50: stage resolve: not_found; closed the local connection from ...'.\n"
+               "SIGINT or SIGTERM stops accepting, closes the connections still open, prints\n"
+               "'forward HOST:PORT to ID: N connections, F failed' on stderr, deregisters and exits 0.\n"
+               "HOST is an IPv4 address (0.0.0.0: every local address) or localhost.\n";
     if (c.name == "listen" || c.name == "connect")
         out << "\n--handshake-only runs the RDMA handshake (REQ/REP/RTU through the gateways) with no RDMA device:\n"
                "this side's QP is --qpn, --psn, --gid and --mtu, registered in the record too, and no data moves.\n"
@@ -1002,6 +1050,130 @@ int run_connect(const Invocation& inv) {
         return !c.error && (local || c.stream.ok());
     });
     return ok ? 0 : 1;
+}
+
+// ---- expose and forward (tools/sidecar.hpp) -------------------------------------------------------
+
+void expose_options(po::options_description& visible, po::options_description&,
+                    po::positional_options_description&) {
+    visible.add_options()
+        ("pid", po::value<std::string>()->value_name("ID"), "the process ID to expose (see below)")
+        ("to", po::value<std::string>()->value_name("HOST:PORT"),
+         "the local TCP server each connection is handed to, such as 127.0.0.1:50051")
+        ("tcp-port", po::value<std::string>()->value_name("N"),
+         "the TCP port fedgate connections arrive on, 0..65535 (default 0: any)")
+        ("transport", po::value<std::string>()->value_name("auto|rdma|tcp"), "as for listen (default auto)");
+}
+
+void forward_options(po::options_description& visible, po::options_description&,
+                     po::positional_options_description&) {
+    visible.add_options()
+        ("listen", po::value<std::string>()->value_name("HOST:PORT"),
+         "where local clients connect, such as 127.0.0.1:6000 (port 0: any free port, printed)")
+        ("to", po::value<std::string>()->value_name("ID"), "the process each connection goes to")
+        ("pid", po::value<std::string>()->value_name("ID"),
+         "the ID this sidecar registers as to connect: of this gateway's party, unique to it")
+        ("transport", po::value<std::string>()->value_name("auto|rdma|tcp"), "as for connect (default auto)");
+}
+
+// `example`: a good value, for the message.
+sidecar::LocalAddress check_local_address(std::string_view cmd, const char* option, const std::string& v,
+                                          uint16_t min_port, const char* example) {
+    const auto a = sidecar::parse_local_address(v, min_port);
+    if (!a)
+        throw UsageError(std::string(cmd) + ": --" + option +
+                         " must be HOST:PORT with HOST an IPv4 address or localhost and PORT " +
+                         std::to_string(min_port) + "..65535, such as " + example + ", got " + in_quotes(v));
+    return *a;
+}
+
+// The sidecar's lines, from any of its threads, one whole line at a time: stdout for readiness and
+// connections, stderr (after "fedgate-node: ") for failures and the endpoint's own notices.
+class SidecarOutput {
+public:
+    explicit SidecarOutput(const Invocation& inv) : inv_(inv) {}
+    void out(const std::string& line) {
+        std::lock_guard lock(mu_);
+        inv_.out << line << std::endl;
+    }
+    void err(const std::string& line) {
+        std::lock_guard lock(mu_);
+        inv_.err << kProg << ": " << line << std::endl;
+    }
+    sidecar::Report report() {
+        return {[this](const std::string& l) { out(l); }, [this](const std::string& l) { err(l); }};
+    }
+
+private:
+    const Invocation& inv_;
+    std::mutex mu_;
+};
+
+std::string totals_text(const sidecar::Totals& t) {
+    return std::to_string(t.connections) + " connection" + (t.connections == 1 ? "" : "s") + ", " +
+           std::to_string(t.failed) + " failed";
+}
+
+int run_expose(const Invocation& inv) {
+    constexpr std::string_view cmd = "expose";
+    const ProcessId pid = check_pid(cmd, "--pid", need(inv.vm, cmd, "pid", "the process ID to expose, such as 2.7.50"));
+    const sidecar::LocalAddress to = check_local_address(
+        cmd, "to", need(inv.vm, cmd, "to", "the local TCP server to hand connections to, such as 127.0.0.1:50051"), 1,
+        "127.0.0.1:50051");
+    const TransportChoice transport = check_choice(cmd, inv.vm);
+    EndpointOptions o = endpoint_options(inv, pid, transport);
+    if (auto p = opt(inv.vm, "tcp-port")) o.tcp_port = static_cast<uint16_t>(check_uint(cmd, "tcp-port", *p, 0, 65535));
+    SidecarOutput output(inv);
+    o.log = [&output](const std::string& line) { output.err(line); };
+
+    const std::unique_ptr<RdmaProvider> rdma = verbs_provider(o);
+    Endpoint ep(o, rdma.get());
+    const std::string who = format_process_id(pid);
+    try {
+        ep.listen();
+    } catch (const Error& e) {
+        output.err("expose " + who + ": " + e.what());
+        return 1;
+    }
+    output.out("exposing " + who + " to " + sidecar::address_text(to));
+    const sidecar::Totals t = sidecar::expose(ep, to, inv.stop_fd, output.report());
+    ep.stop();
+    output.err("expose " + who + ": " + totals_text(t));
+    return 0;
+}
+
+int run_forward(const Invocation& inv) {
+    constexpr std::string_view cmd = "forward";
+    sidecar::LocalAddress listen = check_local_address(
+        cmd, "listen", need(inv.vm, cmd, "listen", "where local clients connect, such as 127.0.0.1:6000"), 0,
+        "127.0.0.1:6000");
+    const ProcessId to =
+        check_pid(cmd, "--to", need(inv.vm, cmd, "to", "the process to connect each client to, such as 2.7.50"));
+    const ProcessId pid = check_pid(
+        cmd, "--pid", need(inv.vm, cmd, "pid", "the ID this sidecar registers as, of this gateway's party, such as 1.3.7"));
+    const TransportChoice transport = check_choice(cmd, inv.vm);
+    EndpointOptions o = endpoint_options(inv, pid, transport);
+    SidecarOutput output(inv);
+    o.log = [&output](const std::string& line) { output.err(line); };
+
+    std::string error;
+    const int fd = open_tcp_listener(listen.ipv4, listen.port, SOMAXCONN, error);
+    if (fd < 0) {
+        output.err("forward: " + error);
+        return 1;
+    }
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } closer{fd};
+    listen.port = socket_port(fd);
+    const std::unique_ptr<RdmaProvider> rdma = verbs_provider(o);
+    Endpoint ep(o, rdma.get());
+    const std::string where = sidecar::address_text(listen), target = format_process_id(to);
+    output.out("forwarding " + where + " to " + target);
+    const sidecar::Totals t = sidecar::forward(ep, fd, listen, to, inv.stop_fd, output.report());
+    output.err("forward " + where + " to " + target + ": " + totals_text(t));
+    return 0;
 }
 
 // ---- help ------------------------------------------------------------------------------------
