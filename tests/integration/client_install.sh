@@ -3,7 +3,8 @@
 # tests/install/client_demo.cpp built against the installed copy twice, once with pkg-config
 # (fedgate-client.pc) and once with CMake (find_package(fedgate)), each run with only the installed
 # library on the loader path; both must print what the library computes. Nothing from the source
-# tree is on the include path. Cleans up on any exit.
+# tree is on the include path. Then Debian's python3 imports the installed Python module from the
+# prefix's dist-packages. Cleans up on any exit.
 # usage: client_install.sh BUILD_DIR
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: client_install.sh BUILD_DIR}")
@@ -70,6 +71,40 @@ if cmake -S "$SRC" -B "$WORK/cmake-build" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_
 else
     cat "$WORK/cmake.log"
     fail "build with find_package(fedgate)"
+fi
+# --- Python: Debian's python3 imports the installed module (client/python/) from the prefix ---
+pydir=$(sed -n 's/^FEDGATE_PYTHON_DIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+if [[ -z $pydir ]]; then
+    echo "skip - the Python module: this build has none (no pybind11: Debian package pybind11-dev)"
+else
+    [[ $pydir == /* ]] || pydir=$PREFIX/$pydir
+    # Not LD_LIBRARY_PATH: the module carries the library in itself. A sanitizer build's module needs
+    # the ASan runtime loaded first and libstdc++ next (see tests/unit/python.part.cmake).
+    pyenv=(PYTHONPATH="$pydir")
+    [[ -n $SAN ]] && pyenv+=(LD_PRELOAD="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libstdc++.so)"
+        ASAN_OPTIONS=detect_leaks=0)
+    if out=$(cd "$WORK" && env "${pyenv[@]}" /usr/bin/python3 -c '
+import pydoc, fedgate
+print(fedgate.__file__)
+print(pydoc.render_doc(fedgate, renderer=pydoc.plaintext))
+try:
+    fedgate.Endpoint("127.0.0.1", "1.7")
+except ValueError as e:
+    print("ValueError:", e)' 2>&1); then
+        file=$(head -n 1 <<<"$out")
+        [[ $file == "$pydir"/fedgate.*.so ]] && ok "/usr/bin/python3 imports the installed module ($file)" ||
+            fail "python3 imported fedgate from $file, not from $pydir"
+        grep -q 'Endpoint(gateway, pid, transport="auto", bind=None)' <<<"$out" &&
+            grep -q 'The next incoming Connection, waiting up to .timeout. seconds' <<<"$out" &&
+            ok "help(fedgate) has the Endpoint docs" || fail "help(fedgate) lacks the Endpoint docs: ${out:0:600}"
+        grep -q "ValueError: pid '1.7' is not a process ID" <<<"$out" &&
+            ok "the installed module runs: a bad pid is a ValueError naming it" || fail "bad pid: $(tail -n 1 <<<"$out")"
+        ! ldd "$file" | grep -q libfedgate-client && ok "the module needs no libfedgate-client.so" ||
+            fail "the module links libfedgate-client.so: $(ldd "$file" | grep libfedgate-client)"
+    else
+        echo "$out"
+        fail "/usr/bin/python3 cannot import the installed module with PYTHONPATH=$pydir"
+    fi
 fi
 echo
 ((FAILURES == 0)) && echo "client_install: all checks passed" || { echo "client_install: $FAILURES check(s) failed"; exit 1; }

@@ -62,7 +62,13 @@ targets_cfg=$(cd "$D" && find "usr/$libdir/cmake/fedgate" -name 'fedgate-targets
 [[ -n $targets_cfg ]] && ok "the CMake package has its per-configuration targets file" || fail "no fedgate-targets-<config>.cmake"
 [[ -L $D/usr/$libdir/libfedgate-client.so.${version%%.*} && $(readlink "$D/usr/$libdir/libfedgate-client.so.${version%%.*}") == libfedgate-client.so.$version ]] &&
     ok "libfedgate-client.so.${version%%.*} (the SONAME) links to the versioned library" || fail "the SONAME link is missing or wrong"
-want=$(printf '%s\n' "${executables[@]}" "${readable[@]}" "${client[@]}" $targets_cfg | sort)
+# The Python module (client/python/), under FEDGATE_PYTHON_DIR when the build has one.
+pydir=$(sed -n 's/^FEDGATE_PYTHON_DIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+[[ -z $pydir || $pydir == /* ]] || pydir=/usr/$pydir
+python_module=$([[ -n $pydir && -d $D$pydir ]] && cd "$D" && find ".$pydir" -name 'fedgate.*.so' | sed 's|^\.||' || true)
+[[ -z $pydir || -n $python_module ]] && ok "the Python module is installed (${python_module:-none in this build})" ||
+    fail "no Python module under $pydir"
+want=$(printf '%s\n' "${executables[@]}" "${readable[@]}" "${client[@]}" $targets_cfg $python_module | sort)
 got=$(cd "$D" && find . -type f | sed 's|^\.||' | sort)
 [[ $got == "$want" ]] && ok "nothing else installed" || fail "installed files differ: $(diff <(echo "$want") <(echo "$got") | grep '^[<>]' | tr '\n' ' ')"
 expect "the installed fedgated runs" 0 "fedgated " -- "$D/usr/bin/fedgated" --version
