@@ -55,7 +55,7 @@ done
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 client=(/usr/$libdir/libfedgate-client.so.$version /usr/$libdir/pkgconfig/fedgate-client.pc
-    /usr/include/fedgate/{connection,endpoint,handshake,handshake_only,node_client}.hpp /usr/include/fedgate/fedgate.h
+    /usr/include/fedgate/{connection,endpoint,error,rdma}.hpp /usr/include/fedgate/fedgate.h
     /usr/include/fedgate/proto/{conn_wire,resolve_wire}.hpp
     /usr/$libdir/cmake/fedgate/fedgate-{config,config-version,targets}.cmake)
 targets_cfg=$(cd "$D" && find "usr/$libdir/cmake/fedgate" -name 'fedgate-targets-*.cmake' | sed 's|^|/|')
