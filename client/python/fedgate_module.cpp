@@ -475,8 +475,8 @@ bytearray, memoryview, numpy arrays).
 
 Example, the listening side::
 
-    import fedgate
-    with fedgate.Endpoint("10.0.0.1", "1.8.43") as ep:
+    import fedgate, numpy
+    with fedgate.Endpoint("198.18.1.1", "1.8.43") as ep:
         ep.listen()
         conn = ep.accept(30.0)          # None after 30 s without a connection
         if conn is not None:
@@ -489,9 +489,9 @@ and the connecting side::
 
     import fedgate, numpy
     weights = numpy.ones(1 << 20, dtype=numpy.float32)
-    with fedgate.Endpoint("10.0.0.1:7410", "2.3.7") as ep:
+    with fedgate.Endpoint("198.18.2.1:7410", "2.3.7") as ep:
         with ep.connect("1.8.43") as conn:
-            conn.send(len(weights.data).to_bytes(8, "big"))
+            conn.send(weights.nbytes.to_bytes(8, "big"))
             conn.send(weights)           # a numpy array, sent from its own memory
             conn.shutdown()
 
