@@ -104,9 +104,11 @@ std::optional<uint32_t> user_gid(std::span<const GidEntry> table, uint32_t index
 int errno_or(int fallback) { return errno != 0 ? errno : fallback; }
 std::string errstr(int err) { return std::strerror(err); }
 
+}  // namespace
+
 // Adaptive wait for an empty CQ: spin briefly, then yield, then sleep, so an idle side does not
 // hold a core that a peer on the same machine needs.
-class Backoff {
+class VerbsBackoff {
 public:
     void reset() { idle_ = 0; }
     void wait() {
@@ -125,7 +127,6 @@ private:
     unsigned idle_ = 0;
 };
 
-}  // namespace
 
 const char* gid_type_name(GidEntry::Type t) {
     switch (t) {
@@ -481,6 +482,8 @@ std::optional<RdmaPath> RdmaConnection::rdma_path() const {
 
 void RdmaConnection::require_connected(const char* what) const {
     if (!connected_) throw ConnectionError(std::string(what) + " on an RDMA connection that is not connected");
+    if (cancelled_.load(std::memory_order_relaxed))
+        throw ConnectionError(std::string(what) + " on QP " + std::to_string(qp_->qp_num) + ", which was cancelled");
 }
 
 bool RdmaConnection::progress() {
@@ -552,30 +555,42 @@ void RdmaConnection::handle_send_done(const ibv_wc& wc) {
 
 // ---- RdmaConnection: the byte stream -------------------------------------------------------------
 
-uint32_t RdmaConnection::wait_send_slot(uint32_t reserve) {
-    Backoff backoff;
+void RdmaConnection::idle(Lock& lock, VerbsBackoff& backoff, bool progressed) {
+    if (cancelled_.load(std::memory_order_relaxed))
+        throw ConnectionError("RDMA connection on QP " + std::to_string(qp_->qp_num) + " was cancelled");
+    if (progressed) {
+        backoff.reset();
+        return;
+    }
+    lock.unlock();  // the other direction's thread may poll meanwhile
+    backoff.wait();
+    lock.lock();
+}
+
+uint32_t RdmaConnection::wait_send_slot(Lock& lock, uint32_t reserve) {
+    VerbsBackoff backoff;
     for (;;) {
         if (sends_in_flight_ < kSendBufs && peer_recvs_posted_ - msgs_sent_ > reserve) {
             for (uint32_t i = 0; i < kSendBufs; ++i)
                 if (!send_buf_busy_[i]) return i;
         }
-        if (progress()) backoff.reset(); else backoff.wait();
+        idle(lock, backoff, progress());
     }
 }
 
-uint32_t RdmaConnection::wait_staging_slot() {
-    Backoff backoff;
+uint32_t RdmaConnection::wait_staging_slot(Lock& lock) {
+    VerbsBackoff backoff;
     for (;;) {
         for (uint32_t i = 0; i < kStagingSlots; ++i)
             if (!staging_busy_[i]) return i;
-        if (progress()) backoff.reset(); else backoff.wait();
+        idle(lock, backoff, progress());
     }
 }
 
 // Posts one message (for data: the RDMA WRITE of the staging slot, then the SEND naming it).
-void RdmaConnection::send_msg(MsgKind kind, uint64_t offset, uint32_t length, int staging_slot) {
+void RdmaConnection::send_msg(Lock& lock, MsgKind kind, uint64_t offset, uint32_t length, int staging_slot) {
     const uint32_t reserve = kind == MsgKind::data ? kDataReserve : kind == MsgKind::fin ? 1 : 0;
-    const uint32_t buf = wait_send_slot(reserve);
+    const uint32_t buf = wait_send_slot(lock, reserve);
     uint8_t* p = msgs_.data() + size_t{kRecvDepth + buf} * kMsgBytes;
     encode_msg({static_cast<uint8_t>(kind), length, offset, consumed_, recvs_posted_}, p);
     ibv_sge msg_sge{reinterpret_cast<uintptr_t>(p), kMsgBytes, msgs_mr_->lkey};
@@ -613,23 +628,24 @@ void RdmaConnection::send_msg(MsgKind kind, uint64_t offset, uint32_t length, in
 
 void RdmaConnection::send_all(std::span<const uint8_t> data) {
     require_connected("send_all");
+    Lock lock(mu_);
     if (fin_sent_) throw ConnectionError("send_all after shutdown_send on QP " + std::to_string(qp_->qp_num));
-    Backoff backoff;
+    VerbsBackoff backoff;
     size_t done = 0;
     while (done < data.size()) {
         if (sent_ - peer_consumed_ >= remote_.rlen) {  // the peer's ring is full of unread bytes
-            if (progress()) backoff.reset(); else backoff.wait();
+            idle(lock, backoff, progress());
             continue;
         }
         backoff.reset();
-        const uint32_t slot = wait_staging_slot();
+        const uint32_t slot = wait_staging_slot(lock);
         const uint64_t window = remote_.rlen - (sent_ - peer_consumed_);
         const uint64_t contiguous = remote_.rlen - sent_ % remote_.rlen;
         const auto n = static_cast<uint32_t>(
             std::min<uint64_t>({data.size() - done, window, contiguous, kStagingSlotBytes}));
         std::memcpy(staging_.data() + size_t{slot} * kStagingSlotBytes, data.data() + done, n);
         staging_busy_[slot] = 1;
-        send_msg(MsgKind::data, sent_, n, static_cast<int>(slot));
+        send_msg(lock, MsgKind::data, sent_, n, static_cast<int>(slot));
         sent_ += n;
         done += n;
     }
@@ -637,46 +653,46 @@ void RdmaConnection::send_all(std::span<const uint8_t> data) {
 
 // Tells the peer what we have read and which receives we have reposted, once enough has built up
 // that its sender could be waiting for it. Never blocks: the next call tries again.
-void RdmaConnection::maybe_return_credit() {
+void RdmaConnection::maybe_return_credit(Lock& lock) {
     const bool bytes_due = consumed_ - consumed_reported_ >= ring_.size() / 4;
     const bool recvs_due = recvs_posted_ - recvs_reported_ >= kRecvDepth / 4;
     if (!bytes_due && !recvs_due) return;
     if (sends_in_flight_ >= kSendBufs || peer_recvs_posted_ == msgs_sent_) return;
-    send_msg(MsgKind::credit, sent_, 0, -1);
+    send_msg(lock, MsgKind::credit, sent_, 0, -1);
 }
 
 std::size_t RdmaConnection::recv_some(std::span<uint8_t> buf) {
     require_connected("recv_some");
     if (buf.empty()) return 0;
-    Backoff backoff;
+    Lock lock(mu_);
+    VerbsBackoff backoff;
     for (;;) {
         if (arrived_ > consumed_) {
             const uint64_t pos = consumed_ % ring_.size();
             const auto n = static_cast<size_t>(std::min<uint64_t>({buf.size(), arrived_ - consumed_, ring_.size() - pos}));
             std::memcpy(buf.data(), ring_.data() + pos, n);
             consumed_ += n;
-            maybe_return_credit();
+            maybe_return_credit(lock);
             return n;
         }
         if (peer_fin_) return 0;
-        if (progress()) {
-            backoff.reset();
-        } else {
-            maybe_return_credit();
-            backoff.wait();
-        }
+        const bool progressed = progress();
+        if (!progressed) maybe_return_credit(lock);
+        idle(lock, backoff, progressed);
     }
 }
 
 void RdmaConnection::shutdown_send() {
     require_connected("shutdown_send");
+    Lock lock(mu_);
     if (fin_sent_) return;
-    send_msg(MsgKind::fin, sent_, 0, -1);
+    send_msg(lock, MsgKind::fin, sent_, 0, -1);
     fin_sent_ = true;
     // Wait until the peer has acknowledged everything, so closing right after loses nothing.
-    Backoff backoff;
-    while (sends_in_flight_ > 0)
-        if (progress()) backoff.reset(); else backoff.wait();
+    VerbsBackoff backoff;
+    while (sends_in_flight_ > 0) idle(lock, backoff, progress());
 }
+
+void RdmaConnection::cancel() { cancelled_.store(true, std::memory_order_relaxed); }
 
 }  // namespace fedgate

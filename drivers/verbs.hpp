@@ -20,7 +20,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -130,8 +132,11 @@ private:
     uint16_t active_mtu_bytes_ = 0;
 };
 
-// A connection over one RC QP. The RdmaDevice must outlive it. Not thread-safe: one thread at a
-// time may call it (like a socket without locks).
+class VerbsBackoff;  // verbs.cpp: spin, yield, then sleep while a CQ is empty
+
+// A connection over one RC QP. The RdmaDevice must outlive it. Like a socket: one thread may send
+// while another receives (the completion queue and the credit state are shared under a lock that is
+// never held while waiting); cancel() wakes both.
 class RdmaConnection : public Connection {
 public:
     enum class Stage : uint8_t { rtr, rts };
@@ -153,6 +158,7 @@ public:
     void send_all(std::span<const uint8_t> data) override;
     std::size_t recv_some(std::span<uint8_t> buf) override;
     void shutdown_send() override;
+    void cancel() override;
 
     Transport transport() const override { return Transport::roce_v2; }
     uint64_t conn_id() const override { return conn_id_; }
@@ -170,17 +176,22 @@ private:
     bool post_initial_receives(std::string& error);
     bool fail_connect(Stage stage, std::string message, std::string& error, Stage* failed);
 
+    using Lock = std::unique_lock<std::mutex>;
     // Polls the CQ once and handles what it finds; false if it was empty. Throws ConnectionError.
+    // Called with mu_ held, like everything below that touches the connection's state.
     bool progress();
+    // After a poll: carries on at once when it found something, else waits a little without mu_.
+    // Throws ConnectionError once cancel() was called.
+    void idle(Lock& lock, VerbsBackoff& backoff, bool progressed);
     void handle_recv(const ibv_wc& wc);
     void handle_send_done(const ibv_wc& wc);
     void repost_recv(uint32_t slot);
     // Blocks (polling) until a SEND can go out: a free message buffer, and a peer receive beyond
     // `reserve`.
-    uint32_t wait_send_slot(uint32_t reserve);
-    uint32_t wait_staging_slot();
-    void send_msg(MsgKind kind, uint64_t offset, uint32_t length, int staging_slot);
-    void maybe_return_credit();
+    uint32_t wait_send_slot(Lock& lock, uint32_t reserve);
+    uint32_t wait_staging_slot(Lock& lock);
+    void send_msg(Lock& lock, MsgKind kind, uint64_t offset, uint32_t length, int staging_slot);
+    void maybe_return_credit(Lock& lock);
     void require_connected(const char* what) const;
 
     RdmaDevice* device_;
@@ -216,6 +227,9 @@ private:
     uint64_t consumed_reported_ = 0;
     uint64_t recvs_reported_ = 0;
     bool peer_fin_ = false;
+
+    std::mutex mu_;                      // all of the above, once connected
+    std::atomic<bool> cancelled_{false};  // cancel(): every call throws from now on
 };
 
 }  // namespace fedgate

@@ -27,7 +27,8 @@ public:
 private:
     VerbsApi& api_;
     RdmaOptions options_;
-    std::unique_ptr<RdmaDevice> device_;
+    // Shared with every connection it made: a connection may outlive the provider (and its Endpoint).
+    std::shared_ptr<RdmaDevice> device_;
     RdmaDeviceParams params_;
     std::mutex first_mu_;  // prepare() runs on the endpoint's thread and on connect() callers
     std::unique_ptr<RdmaConnection> first_;  // declared after device_: destroyed before it

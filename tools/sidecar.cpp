@@ -21,6 +21,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -185,9 +186,9 @@ PumpResult pump(Connection& conn, int local_fd) {
 
     std::mutex mu;
     std::string first_error;
-    // An error in one direction ends both: the other is woken by the shutdown (a blocked read sees
-    // EOF, a blocked write EPIPE). An RDMA connection has no socket to shut down: its peer is told
-    // with shutdown_send and the reader waits for the peer's close.
+    // An error in one direction ends both: the other is woken by the shutdowns and the connection's
+    // cancel() (a blocked read sees EOF, a blocked write fails). An RDMA connection's peer is told
+    // with shutdown_send first.
     auto fail = [&](const std::string& why) {
         {
             std::lock_guard lock(mu);
@@ -195,18 +196,19 @@ PumpResult pump(Connection& conn, int local_fd) {
             first_error = why;
         }
         ::shutdown(local_fd, SHUT_RDWR);
-        if (conn_fd >= 0) {
-            ::shutdown(conn_fd, SHUT_RDWR);
-        } else {
+        if (conn_fd < 0) {  // RDMA: tell the peer, then wake our own reader
             try {
                 conn.shutdown_send();
             } catch (const std::exception&) {
             }
         }
+        conn.cancel();
     };
 
     PumpResult r;
-    std::thread inbound([&] {  // fedgate connection -> local socket
+    std::thread inbound;
+    try {
+        inbound = std::thread([&] {  // fedgate connection -> local socket
         const DirectionEnd end = conn_fd >= 0 ? splice_fds(conn_fd, local_fd, r.to_local, "the fedgate connection",
                                                           "the local socket")
                                               : conn_to_fd(conn, local_fd, r.to_local);
@@ -214,7 +216,12 @@ PumpResult pump(Connection& conn, int local_fd) {
             fail(end.error);
         else if (::shutdown(local_fd, SHUT_WR) != 0 && errno != ENOTCONN)
             fail("passing the fedgate connection's EOF on to the local socket: " + errno_text(errno));
-    });
+        });
+    } catch (const std::system_error& e) {  // no thread to be had (pid or memory limits)
+        fail(std::string("no thread for the connection: ") + e.what());
+        r.error = first_error;
+        return r;
+    }
     const DirectionEnd end = conn_fd >= 0 ? splice_fds(local_fd, conn_fd, r.from_local, "the local socket",
                                                       "the fedgate connection")
                                           : fd_to_conn(local_fd, conn, r.from_local);
@@ -284,26 +291,45 @@ public:
         std::lock_guard lock(mu_);
         fds_.erase(fd);
     }
+    // The same for a fedgate connection, which a stop cancels (an RDMA one has no socket).
+    bool watch(Connection& c) {
+        std::lock_guard lock(mu_);
+        if (stopping_) return false;
+        conns_.insert(&c);
+        return true;
+    }
+    void unwatch(Connection& c) {
+        std::lock_guard lock(mu_);
+        conns_.erase(&c);
+    }
     bool stopping() {
         std::lock_guard lock(mu_);
         return stopping_;
     }
 
-    // Runs `body` on a thread of its own; reaps the threads that have finished.
+    // Runs `body` on a thread of its own; reaps the threads that have finished. False when no
+    // thread can be had: `body` did not run (its captures are the caller's to release).
     template <class Body>
-    void spawn(Body body) {
+    bool spawn(Body body) {
         reap();
         auto& s = running_.emplace_back();
-        s.thread = std::thread([&done = s.done, body = std::move(body)]() mutable {
-            body();
-            done.store(true, std::memory_order_release);
-        });
+        try {
+            s.thread = std::thread([&done = s.done, body = std::move(body)]() mutable {
+                body();
+                done.store(true, std::memory_order_release);
+            });
+        } catch (const std::system_error&) {
+            running_.pop_back();
+            return false;
+        }
+        return true;
     }
 
     void stop() {
         std::lock_guard lock(mu_);
         stopping_ = true;
         for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+        for (Connection* c : conns_) c->cancel();
     }
     void join() {
         for (Running& s : running_)
@@ -330,6 +356,7 @@ private:
     std::mutex mu_;
     bool stopping_ = false;
     std::set<int> fds_;
+    std::set<Connection*> conns_;
     std::list<Running> running_;  // touched by the accepting thread only
 };
 
@@ -373,10 +400,10 @@ Totals expose(Endpoint& ep, LocalAddress target, int stop_fd, const Report& repo
         while (!stop_now(stop_fd, 0)) {
             std::unique_ptr<Connection> accepted = ep.accept(kStopCheck);
             if (!accepted) continue;
-            sessions.spawn([&, c = std::shared_ptr<Connection>(std::move(accepted))] {
-                const int conn_fd = c->native_handle();
+            auto shared = std::shared_ptr<Connection>(std::move(accepted));
+            const bool spawned = sessions.spawn([&, c = shared] {
                 const std::string peer = format_process_id(c->peer_pid());
-                if (!sessions.watch(conn_fd)) return;
+                if (!sessions.watch(*c)) return;
                 std::string error;
                 const int local = tcp_connect(target.ipv4, target.port, kLocalConnectTimeout, error);
                 if (local < 0 || !sessions.watch(local)) {
@@ -387,7 +414,7 @@ Totals expose(Endpoint& ep, LocalAddress target, int stop_fd, const Report& repo
                         report.err("expose: conn " + format_conn_id(c->conn_id()) + " from " + peer + ": " + error +
                                    "; closed the connection from " + peer);
                     }
-                    sessions.unwatch(conn_fd);
+                    sessions.unwatch(*c);
                     return;  // the Connection closes as `c` goes
                 }
                 const auto t0 = Clock::now();
@@ -395,11 +422,15 @@ Totals expose(Endpoint& ep, LocalAddress target, int stop_fd, const Report& repo
                 const double s = seconds_since(t0);
                 sessions.unwatch(local);
                 ::close(local);
-                sessions.unwatch(conn_fd);
+                sessions.unwatch(*c);
                 ++connections;
                 report.out(conn_line(c->conn_id(), c->transport(), peer, target_text, r.to_local, r.from_local, s,
                                      r.error));
             });
+            if (!spawned) {
+                ++failed;
+                report.err("expose: conn " + format_conn_id(shared->conn_id()) + ": no thread for it; closed it");
+            }
         }
         sessions.stop();
     }  // joins every connection's thread
@@ -434,7 +465,7 @@ Totals forward(Endpoint& ep, int listen_fd, LocalAddress listening, ProcessId to
                 if (stop_now(stop_fd, 100)) break;  // out of descriptors, say: give the others time to end
                 continue;
             }
-            sessions.spawn([&, fd, client = peer_text(from)] {
+            const bool spawned = sessions.spawn([&, fd, client = peer_text(from)] {
                 if (!sessions.watch(fd)) {
                     ::close(fd);
                     return;
@@ -451,8 +482,7 @@ Totals forward(Endpoint& ep, int listen_fd, LocalAddress listening, ProcessId to
                                client);
                     return;
                 }
-                const int conn_fd = c->native_handle();
-                if (!sessions.watch(conn_fd)) {
+                if (!sessions.watch(*c)) {
                     sessions.unwatch(fd);
                     ::close(fd);
                     return;
@@ -462,11 +492,16 @@ Totals forward(Endpoint& ep, int listen_fd, LocalAddress listening, ProcessId to
                 const double s = seconds_since(t0);
                 sessions.unwatch(fd);
                 ::close(fd);
-                sessions.unwatch(conn_fd);
+                sessions.unwatch(*c);
                 ++connections;
                 report.out(conn_line(c->conn_id(), c->transport(), client, to_text, r.from_local, r.to_local, s,
                                      r.error));
             });
+            if (!spawned) {
+                ::close(fd);
+                ++failed;
+                report.err("forward: no thread for the connection from " + peer_text(from) + "; closed it");
+            }
         }
         sessions.stop();
         ep.stop();  // a connect still waiting for its handshake fails now

@@ -31,6 +31,8 @@ namespace {
 // attributes like any exception a Python programmer writes).
 PyObject* g_error_type = nullptr;
 
+constexpr double kForeverSeconds = 365.0 * 24 * 3600;
+
 constexpr const char* kErrorClass = R"PY(
 class Error(Exception):
     """A fedgate call failed; ``stage`` says where.
@@ -52,7 +54,19 @@ class Error(Exception):
         super().__init__(f"stage {stage}: {why}")
         self.stage = stage
         self.why = why
+
+    def __reduce__(self):  # pickles (multiprocessing, concurrent.futures) with both fields
+        return (type(self), (self.stage, self.why))
 )PY";
+
+// The interpreter is shutting down: no Python object may be touched (the name became public in 3.13).
+inline bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+}
 
 [[noreturn]] void throw_error(const char* stage, const std::string& why) {
     py::object e = py::reinterpret_borrow<py::object>(g_error_type)(stage, why);
@@ -193,7 +207,7 @@ public:
     PyConnection& operator=(const PyConnection&) = delete;
     ~PyConnection() {
         // The last reference: a tcp close is quick, an RDMA one tears the QP down; neither needs Python.
-        if (c_ != nullptr && !_Py_IsFinalizing()) {
+        if (c_ != nullptr && !python_finalizing()) {
             py::gil_scoped_release nogil;
             c_.reset();
         }
@@ -261,9 +275,9 @@ public:
     void close() {
         auto c = std::move(c_);
         if (c == nullptr) return;
-        // Wakes a thread blocked in recv/send on this connection: it keeps its own reference, so the
-        // socket stays valid (and its number unused) until that call has returned.
-        if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+        // Wakes a thread blocked in recv/send on this connection (tcp or RDMA): it keeps its own
+        // reference, so the connection stays valid until that call has returned.
+        c->cancel();
         py::gil_scoped_release nogil;
         c.reset();
     }
@@ -347,7 +361,7 @@ public:
     }
     ~PyEndpoint() {
         // Deregistering waits on the network: not with the GIL held, unless Python is shutting down.
-        if (ep_ != nullptr && !_Py_IsFinalizing()) {
+        if (ep_ != nullptr && !python_finalizing()) {
             py::gil_scoped_release nogil;
             ep_.reset();
         }
@@ -367,7 +381,9 @@ public:
             if (!std::isfinite(*timeout) || *timeout < 0)
                 throw py::value_error("accept(timeout): timeout " + std::to_string(*timeout) +
                                       " is not a number of seconds >= 0 (None: wait for a connection)");
-            deadline = steady_clock::now() + duration_cast<steady_clock::duration>(duration<double>(*timeout));
+            // Beyond a year is "wait for a connection": the clock's nanoseconds would overflow.
+            if (*timeout < kForeverSeconds)
+                deadline = steady_clock::now() + duration_cast<steady_clock::duration>(duration<double>(*timeout));
         }
         for (;;) {
             std::unique_ptr<fedgate::Connection> c;

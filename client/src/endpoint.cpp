@@ -113,7 +113,9 @@ public:
     uint16_t tcp_port() const { return tcp_port_; }  // 0 when tcp is not offered
     bool rdma_available() const { return rdma_ready_; }
     EndpointStats stats() const;
-    const EndpointOptions& options() const { return options_; }
+    // `target`'s record from the gateway; nullopt with `err` (stage resolve: the status, such as
+    // not_found, or why no answer came).
+    std::optional<DmaAddress> lookup(ProcessId target, ConnectError& err) const;
 
 private:
     struct Active {
@@ -227,7 +229,13 @@ Endpoint::Impl::Impl(EndpointOptions options, RdmaProvider* rdma)
         throw;
     }
     next_heartbeat_ms_ = now_ms() + heartbeat_ms_;
-    thread_ = std::thread([this] { run(); });
+    try {
+        thread_ = std::thread([this] { run(); });
+    } catch (const std::system_error& e) {  // no thread to be had: leave no registration behind
+        deregister_now();
+        close_sockets();
+        throw Error(ConnStage::open, std::string("endpoint: no thread for its control socket: ") + e.what());
+    }
 }
 
 Endpoint::Impl::~Impl() { stop(); }
@@ -715,13 +723,7 @@ bool Endpoint::Impl::caps_for(TransportChoice t, uint8_t& caps, ConnectError& er
     return false;
 }
 
-std::unique_ptr<Connection> Endpoint::Impl::connect(ProcessId target, ConnectError& err,
-                                              std::optional<TransportChoice> transport) {
-    uint8_t caps = 0;
-    if (!caps_for(transport.value_or(options_.transport), caps, err)) return fail(err, err.stage, err.message);
-    if (target.value == 0 || target == options_.pid)
-        return fail(err, ConnStage::req, "the target must be another process, got " + format_process_id(target));
-
+std::optional<DmaAddress> Endpoint::Impl::lookup(ProcessId target, ConnectError& err) const {
     ResolveResult r;
     try {
         NodeClientOptions co;
@@ -730,14 +732,27 @@ std::unique_ptr<Connection> Endpoint::Impl::connect(ProcessId target, ConnectErr
         co.bind_ipv4 = options_.bind_ipv4;
         r = NodeClient(options_.gateway_ipv4, options_.gateway_port, co).resolve(target);
     } catch (const std::exception& e) {  // the socket could not be set up
-        return fail(err, ConnStage::resolve, e.what());
+        err = ConnectError{ConnStage::resolve, e.what()};
+        return std::nullopt;
     }
-    if (!r.replied()) return fail(err, ConnStage::resolve, r.error);
-    if (!r.ok()) return fail(err, ConnStage::resolve, resolve_status_name(*r.status));
+    if (r.ok()) return r.record;
+    err = ConnectError{ConnStage::resolve, r.replied() ? resolve_status_name(*r.status) : r.error};
+    return std::nullopt;
+}
+
+std::unique_ptr<Connection> Endpoint::Impl::connect(ProcessId target, ConnectError& err,
+                                              std::optional<TransportChoice> transport) {
+    uint8_t caps = 0;
+    if (!caps_for(transport.value_or(options_.transport), caps, err)) return fail(err, err.stage, err.message);
+    if (target.value == 0 || target == options_.pid)
+        return fail(err, ConnStage::req, "the target must be another process, got " + format_process_id(target));
+
+    const std::optional<DmaAddress> record = lookup(target, err);
+    if (!record) return fail(err, err.stage, err.message);
 
     ConnParams req;
     req.initiator = options_.pid;
-    req.target = r.record.pid;
+    req.target = record->pid;
     {
         std::lock_guard lock(mu_);
         while (req.conn_id == 0) req.conn_id = rng_();
@@ -873,21 +888,10 @@ std::unique_ptr<Connection> Endpoint::connect(ProcessId target, std::optional<Tr
 }
 
 DmaAddress Endpoint::resolve(ProcessId target) {
-    const EndpointOptions& o = impl_->options();
-    ResolveResult r;
-    try {
-        NodeClientOptions co;
-        co.timeout = o.try_timeout;
-        co.tries = o.tries;
-        co.bind_ipv4 = o.bind_ipv4;
-        r = NodeClient(o.gateway_ipv4, o.gateway_port, co).resolve(target);
-    } catch (const std::exception& e) {
-        throw Error(ConnStage::resolve, e.what());
-    }
-    if (!r.replied()) throw Error(ConnStage::resolve, r.error);
-    if (!r.ok())
-        throw Error(ConnStage::resolve, format_process_id(target) + ": " + resolve_status_name(*r.status));
-    return r.record;
+    ConnectError err;
+    const std::optional<DmaAddress> record = impl_->lookup(target, err);
+    if (!record) throw Error(err.stage, format_process_id(target) + ": " + err.message);
+    return *record;
 }
 
 void Endpoint::stop() { impl_->stop(); }

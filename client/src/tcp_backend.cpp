@@ -142,4 +142,8 @@ void TcpConnection::shutdown_send() {
         throw ConnectionError("tcp shutdown to " + format_process_id(peer_) + ": " + errno_text(errno));
 }
 
+void TcpConnection::cancel() {
+    if (fd_ >= 0) (void)::shutdown(fd_, SHUT_RDWR);  // blocked reads return 0, writes fail EPIPE
+}
+
 }  // namespace fedgate

@@ -65,6 +65,7 @@ public:
     void send_all(std::span<const uint8_t> data) override;
     std::size_t recv_some(std::span<uint8_t> buf) override;
     void shutdown_send() override;
+    void cancel() override;
 
     Transport transport() const override { return Transport::tcp; }
     uint64_t conn_id() const override { return conn_id_; }

@@ -385,3 +385,13 @@ def test_help_reads_well():
             if name.startswith("_"):
                 continue
             assert getattr(member, "__doc__", None), f"{cls.__name__}.{name} has no docstring"
+
+
+def test_error_pickles_with_its_stage_and_reason(gateway):
+    import pickle
+    with fedgate.Endpoint(gateway, "1.7.42", transport="tcp") as ep:
+        with pytest.raises(fedgate.Error) as info:
+            ep.connect("1.9.99")
+    back = pickle.loads(pickle.dumps(info.value))
+    assert type(back) is fedgate.Error
+    assert (back.stage, back.why, str(back)) == (info.value.stage, info.value.why, str(info.value))

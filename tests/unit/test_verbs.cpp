@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
+#include <future>
 #include <random>
 #include <thread>
 #include <vector>
@@ -383,6 +385,57 @@ TEST(VerbsConnection, TransfersTenMiBEachWayAndEndsWithFin) {
     EXPECT_GT(p.v.sends_delivered(), 2u * (10u << 20) / kStagingSlotBytes);
     uint8_t byte = 0;
     EXPECT_EQ(p.b->recv_some({&byte, 1}), 0u);  // still at end
+}
+
+// Like a socket: one thread sends while another receives on the same connection, both ends at once
+// (the sidecar's two pump threads, a Python program's reader and writer).
+TEST(VerbsConnection, OneThreadSendsWhileAnotherReceivesOnEachEnd) {
+    Pair p;
+    p.connect();
+    const auto a_to_b = random_bytes(12u << 20, 3), b_to_a = random_bytes((12u << 20) + 999, 4);
+    std::vector<uint8_t> got_by_a, got_by_b;
+    std::exception_ptr fails[4];
+    auto guarded = [](std::exception_ptr& f, auto body) {
+        return [&f, body] {
+            try {
+                body();
+            } catch (...) { f = std::current_exception(); }
+        };
+    };
+    std::thread threads[] = {
+        std::thread(guarded(fails[0], [&] { p.a->send_all(a_to_b); p.a->shutdown_send(); })),
+        std::thread(guarded(fails[1], [&] { got_by_a = read_to_end(*p.a); })),
+        std::thread(guarded(fails[2], [&] { p.b->send_all(b_to_a); p.b->shutdown_send(); })),
+        std::thread(guarded(fails[3], [&] { got_by_b = read_to_end(*p.b); })),
+    };
+    for (auto& t : threads) t.join();
+    for (auto& f : fails)
+        if (f) std::rethrow_exception(f);
+    EXPECT_TRUE(got_by_b == a_to_b) << "b got " << got_by_b.size() << " bytes";
+    EXPECT_TRUE(got_by_a == b_to_a) << "a got " << got_by_a.size() << " bytes";
+}
+
+TEST(VerbsConnection, CancelWakesABlockedReceiverAndFailsLaterCalls) {
+    Pair p;
+    p.connect();
+    std::promise<std::string> woke;
+    std::thread reader([&] {
+        uint8_t buf[16];
+        try {
+            (void)p.a->recv_some(buf);  // nothing will come: b never sends
+            woke.set_value("returned");
+        } catch (const ConnectionError& e) {
+            woke.set_value(e.why());
+        }
+    });
+    auto f = woke.get_future();
+    EXPECT_EQ(f.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout) << "recv_some did not block";
+    p.a->cancel();
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "cancel did not wake the reader";
+    reader.join();
+    EXPECT_NE(f.get().find("cancelled"), std::string::npos);
+    const std::vector<uint8_t> one(1);
+    EXPECT_THROW(p.a->send_all(one), ConnectionError);
 }
 
 TEST(VerbsConnection, CompletionErrorSurfacesAsConnectionError) {

@@ -26,6 +26,10 @@ public:
     virtual std::size_t recv_some(std::span<uint8_t> buf) = 0;
     // Says no more will be sent; the peer's recv_some returns 0 after the last byte.
     virtual void shutdown_send() = 0;
+    // Wakes every thread blocked in send_all or recv_some on this connection (they throw
+    // ConnectionError, or recv_some returns 0) and makes later calls fail: for closing a
+    // connection that another thread is using. Thread-safe; the connection is not usable after.
+    virtual void cancel() = 0;
 
     virtual Transport transport() const = 0;
     virtual uint64_t conn_id() const = 0;

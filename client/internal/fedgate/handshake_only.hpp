@@ -26,6 +26,7 @@ public:
     void send_all(std::span<const uint8_t> data) override;
     std::size_t recv_some(std::span<uint8_t> buf) override;
     void shutdown_send() override;
+    void cancel() override {}  // nothing blocks: every data call throws
 
     Transport transport() const override { return Transport::roce_v2; }
     uint64_t conn_id() const override { return conn_id_; }
