@@ -382,6 +382,22 @@ std::string conn_line(uint64_t conn_id, Transport t, const std::string& a, const
     return s.str();
 }
 
+// One connection carried to its end: pumps both ways, then lets go of the local socket (closed) and
+// the fedgate connection (its owner closes it), unwatched first so a stop never touches them after.
+struct Carried {
+    PumpResult r;
+    double seconds = 0;
+};
+Carried carry(Sessions& sessions, Connection& c, int local) {
+    const auto t0 = Clock::now();
+    Carried k{pump(c, local), 0};
+    k.seconds = seconds_since(t0);
+    sessions.unwatch(local);
+    ::close(local);
+    sessions.unwatch(c);
+    return k;
+}
+
 std::string peer_text(const sockaddr_in& a) {
     return address_text(LocalAddress{ntohl(a.sin_addr.s_addr), ntohs(a.sin_port)});
 }
@@ -417,15 +433,10 @@ Totals expose(Endpoint& ep, LocalAddress target, int stop_fd, const Report& repo
                     sessions.unwatch(*c);
                     return;  // the Connection closes as `c` goes
                 }
-                const auto t0 = Clock::now();
-                const PumpResult r = pump(*c, local);
-                const double s = seconds_since(t0);
-                sessions.unwatch(local);
-                ::close(local);
-                sessions.unwatch(*c);
+                const Carried k = carry(sessions, *c, local);
                 ++connections;
-                report.out(conn_line(c->conn_id(), c->transport(), peer, target_text, r.to_local, r.from_local, s,
-                                     r.error));
+                report.out(conn_line(c->conn_id(), c->transport(), peer, target_text, k.r.to_local, k.r.from_local,
+                                     k.seconds, k.r.error));
             });
             if (!spawned) {
                 ++failed;
@@ -487,15 +498,10 @@ Totals forward(Endpoint& ep, int listen_fd, LocalAddress listening, ProcessId to
                     ::close(fd);
                     return;
                 }
-                const auto t0 = Clock::now();
-                const PumpResult r = pump(*c, fd);
-                const double s = seconds_since(t0);
-                sessions.unwatch(fd);
-                ::close(fd);
-                sessions.unwatch(*c);
+                const Carried k = carry(sessions, *c, fd);
                 ++connections;
-                report.out(conn_line(c->conn_id(), c->transport(), client, to_text, r.from_local, r.to_local, s,
-                                     r.error));
+                report.out(conn_line(c->conn_id(), c->transport(), client, to_text, k.r.from_local, k.r.to_local,
+                                     k.seconds, k.r.error));
             });
             if (!spawned) {
                 ::close(fd);
