@@ -35,7 +35,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kNoDevice = "no RDMA device: ibv_get_device_list found none";
 constexpr int kMaxPollMs = 1000;       // the loop looks at its timers at least this often
 constexpr std::size_t kRxBuffer = 2048;  // larger than any valid message
 constexpr int kDeregisterTries = 2;    // stopping should not take long when the gateway is gone
@@ -90,7 +89,8 @@ std::unique_ptr<Connection> try_connect(PreparedQp& qp, const RdmaPath& path, ui
 class Endpoint::Impl {
 public:
     // What Endpoint's members say (endpoint.hpp); failures of listen() and connect() are values
-    // here and thrown by Endpoint. `rdma`: null means no RDMA device.
+    // here and thrown by Endpoint. `rdma`: the RDMA backend, which Endpoint always supplies unless
+    // the transport is tcp (then it is not used).
     Impl(EndpointOptions options, RdmaProvider* rdma);
     ~Impl();  // stop()
     Impl(const Impl&) = delete;
@@ -246,16 +246,13 @@ void Endpoint::Impl::open_rdma(RdmaProvider* rdma) {
         return;
     }
     rdma_ = rdma;
-    if (rdma_ == nullptr)
-        rdma_error_ = kNoDevice;
-    else
-        try {
-            rdma_->open();
-            rdma_ready_ = true;
-        } catch (const std::exception& e) {
-            const auto* fe = dynamic_cast<const Error*>(&e);
-            rdma_error_ = fe ? fe->why() : e.what();
-        }
+    try {
+        rdma_->open();
+        rdma_ready_ = true;
+    } catch (const std::exception& e) {
+        const auto* fe = dynamic_cast<const Error*>(&e);
+        rdma_error_ = fe ? fe->why() : e.what();
+    }
     if (rdma_ready_) rdma_params_ = rdma_->device_params();
     if (rdma_ready_ || options_.transport != TransportChoice::automatic) return;
     // Visible, once: the fallback is never silent.
