@@ -37,43 +37,38 @@ rc=0
     --transport "$(IFS=,; echo "${WAYS[*]}")" || rc=$?
 echo
 
-failures=0
-check() {
-    local what=$1
-    shift
-    if "$@"; then echo "ok   - $what"; else echo "FAIL - $what"; failures=$((failures + 1)); fi
-}
-eq() { [[ $1 == "$2" ]] || { echo "     expected '$2', got '$1'" >&2; return 1; }; }
+# lab_check and lab_eq, the integration tests' own (run.sh brought the lab up and down itself).
+source "$HERE/../../tools/lab.sh"
 field() { # field WAY NAME — the value after NAME on the aggregator's final line
     sed -n "s/^final model sha256 .* $2 \([^ ]*\).*/\1/p" "$OUT/$1.aggregator.log" 2>/dev/null
 }
 
-check "run.sh exits 0 (every way finished, checksums identical)" eq "$rc" 0
+lab_check "run.sh exits 0 (every way finished, checksums identical)" lab_eq "$rc" 0
 # Each message is at least MODEL_MIB: the model goes to 2 trainers and comes back, every round.
 min_bytes=$((2 * 2 * ROUNDS * MODEL_MIB * 1048576))
 declare -A FINAL=() INITIAL=()
 for w in "${WAYS[@]}"; do
     FINAL[$w]=$(sed -n 's/^final model sha256 \([0-9a-f]\{64\}\) .*/\1/p' "$OUT/$w.aggregator.log" 2>/dev/null)
     INITIAL[$w]=$(sed -n 's/^initial model sha256 \([0-9a-f]\{64\}\)$/\1/p' "$OUT/$w.aggregator.log" 2>/dev/null)
-    check "$w: the aggregator finished round $ROUNDS/$ROUNDS" grep -q "^round $ROUNDS/$ROUNDS: " "$OUT/$w.aggregator.log"
-    check "$w: the final line counts $ROUNDS rounds" eq "$(field "$w" rounds)" "$ROUNDS"
-    check "$w: at least 2 x 2 x $ROUNDS x $MODEL_MIB MiB moved" eq "$(( $(field "$w" bytes || echo 0) >= min_bytes ))" 1
-    check "$w: the model bytes crossed between the parties (gateway A's external port)" \
-        eq "$(( $(cat "$OUT/$w.crossed" 2>/dev/null || echo 0) >= min_bytes ))" 1
+    lab_check "$w: the aggregator finished round $ROUNDS/$ROUNDS" grep -q "^round $ROUNDS/$ROUNDS: " "$OUT/$w.aggregator.log"
+    lab_check "$w: the final line counts $ROUNDS rounds" lab_eq "$(field "$w" rounds)" "$ROUNDS"
+    lab_check "$w: at least 2 x 2 x $ROUNDS x $MODEL_MIB MiB moved" lab_eq "$(( $(field "$w" bytes || echo 0) >= min_bytes ))" 1
+    lab_check "$w: the model bytes crossed between the parties (gateway A's external port)" \
+        lab_eq "$(( $(cat "$OUT/$w.crossed" 2>/dev/null || echo 0) >= min_bytes ))" 1
     for k in 1 2; do
-        check "$w: trainer $k trained every round and left" grep -q "^trainer $k done after $ROUNDS rounds$" \
+        lab_check "$w: trainer $k trained every round and left" grep -q "^trainer $k done after $ROUNDS rounds$" \
             "$OUT/$w.trainer$k.log"
     done
-    check "$w: a final checksum" eq "${#FINAL[$w]}" 64
+    lab_check "$w: a final checksum" lab_eq "${#FINAL[$w]}" 64
 done
 first=${WAYS[0]}
 for w in "${WAYS[@]:1}"; do
-    check "$w's final model is bit-identical to $first's" eq "${FINAL[$w]}" "${FINAL[$first]}"
-    check "$w started from the same initial model as $first" eq "${INITIAL[$w]}" "${INITIAL[$first]}"
+    lab_check "$w's final model is bit-identical to $first's" lab_eq "${FINAL[$w]}" "${FINAL[$first]}"
+    lab_check "$w started from the same initial model as $first" lab_eq "${INITIAL[$w]}" "${INITIAL[$first]}"
 done
-check "training changed the model (final checksum differs from the initial one)" \
+lab_check "training changed the model (final checksum differs from the initial one)" \
     bash -c "[[ -n '${INITIAL[$first]}' && '${FINAL[$first]}' != '${INITIAL[$first]}' ]]"
-check "the validation accuracy rose over the rounds" python3 - "$OUT/$first.aggregator.log" <<'PY'
+lab_check "the validation accuracy rose over the rounds" python3 - "$OUT/$first.aggregator.log" <<'PY'
 import re, sys
 acc = [float(m.group(1)) for m in re.finditer(r"^round \d+(?:/\d+)?: validation loss \S+ accuracy ([0-9.]+)",
                                              open(sys.argv[1]).read(), re.M)]
@@ -82,5 +77,5 @@ PY
 
 echo
 echo "ways run: ${WAYS[*]}"
-((failures == 0)) || { echo "fedavg: $failures check(s) failed"; exit 1; }
+((LAB_FAILURES == 0)) || { echo "fedavg: $LAB_FAILURES check(s) failed"; exit 1; }
 echo "fedavg: all checks passed"
