@@ -24,10 +24,9 @@ set -euo pipefail
 BUILD=$(realpath "${1:?usage: connect_bench.sh BUILD_DIR [COUNT] [BYTES] | --smoke}")
 IPERF_S=10
 if [[ ${2:-} == --smoke ]]; then
-    [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root for network namespaces"; exit 77; }
-    # Figures from a sanitizer build mean nothing, and its Python module needs libasan preloaded.
-    grep -q 'FEDGATE_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null &&
-        { echo "SKIP: benchmarks run on the Release build (this one is ASan+UBSan)"; exit 77; }
+    # A sanitizer build's Python module would also need libasan preloaded.
+    source "$(dirname "$0")/smoke.sh"
+    bench_smoke_guard "$BUILD" "network namespaces"
     COUNT=10 BYTES=8388608 IPERF_S=1
 else
     COUNT=${2:-1000}

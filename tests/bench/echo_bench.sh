@@ -11,9 +11,8 @@ set -euo pipefail
 BUILD=$(realpath "${1:?usage: echo_bench.sh BUILD_DIR [SECONDS] | --smoke}")
 SMOKE=0
 if [[ ${2:-} == --smoke ]]; then
-    [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root (EAL)"; exit 77; }
-    grep -q 'FEDGATE_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null &&
-        { echo "SKIP: benchmarks run on the Release build (this one is ASan+UBSan)"; exit 77; }
+    source "$(dirname "$0")/smoke.sh"
+    bench_smoke_guard "$BUILD" "EAL"
     # testpmd's rate needs four stats blocks (slower than one a second on a busy machine);
     # fedgated's, 2 s of warm-up and more.
     SMOKE=1 SECS=6

@@ -30,9 +30,8 @@ set -euo pipefail
 BUILD=$(realpath "${1:?usage: nat_bench.sh BUILD_DIR [SECONDS] | --smoke}")
 SMOKE=0
 if [[ ${2:-} == --smoke ]]; then
-    [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root (EAL)"; exit 77; }
-    grep -q 'FEDGATE_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null &&
-        { echo "SKIP: benchmarks run on the Release build (this one is ASan+UBSan)"; exit 77; }
+    source "$(dirname "$0")/smoke.sh"
+    bench_smoke_guard "$BUILD" "EAL"
     SMOKE=1 SECS=5 FLOWS=1024
 else
     SECS=${2:-10}

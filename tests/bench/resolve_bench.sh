@@ -38,9 +38,8 @@ BUILD=$(realpath "${1:?usage: resolve_bench.sh BUILD_DIR [SECONDS] | --smoke}")
 LAT_N=1000 REG_N=2000 PING_N=200 GWPING_N=100 STEP_N=100000
 SMOKE=0
 if [[ ${2:-} == --smoke ]]; then
-    [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root (EAL, network namespaces)"; exit 77; }
-    grep -q 'FEDGATE_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null &&
-        { echo "SKIP: benchmarks run on the Release build (this one is ASan+UBSan)"; exit 77; }
+    source "$(dirname "$0")/smoke.sh"
+    bench_smoke_guard "$BUILD" "EAL, network namespaces"
     # Part 1: testpmd's rate needs four stats blocks, which come slower than one a second on a busy
     # machine; fedgated's, two seconds of warm-up and more.
     SMOKE=1 SECS=8 RECORDS=16 REQUESTS=64 BIG=0 PARTS="1 2 3" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60
