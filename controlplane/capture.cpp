@@ -16,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <thread>
+#include <vector>
 
 #include "controlplane/mgmt_server.hpp"
 
@@ -54,14 +55,14 @@ struct CaptureService::Session {
     uint32_t id = 0;
     std::string port_name, file, filter;
     uint16_t port_id = 0;
+    uint16_t queues = 1;
     uint64_t count = 0;  // 0: until stopped
     uint32_t snaplen = kDefaultSnaplen;
     bpf_program prog{};
     bool has_filter = false;
     rte_mempool* pool = nullptr;
     rte_ring* ring = nullptr;
-    const rte_eth_rxtx_callback* rx_cb = nullptr;
-    const rte_eth_rxtx_callback* tx_cb = nullptr;
+    std::vector<const rte_eth_rxtx_callback*> rx_cb, tx_cb;  // per queue
     std::FILE* out = nullptr;
     std::thread writer;
     uint64_t tsc0 = 0, hz = 1;
@@ -104,7 +105,7 @@ struct CaptureService::Session {
         std::memcpy(dst, &r, sizeof r);
         const void* src = rte_pktmbuf_read(m, 0, cap, dst + sizeof r);
         if (src != dst + sizeof r) std::memcpy(dst + sizeof r, src, cap);
-        if (rte_ring_sp_enqueue(ring, c) != 0) {
+        if (rte_ring_enqueue(ring, c) != 0) {  // every worker's queue taps into it
             rte_pktmbuf_free(c);
             dropped.fetch_add(1, std::memory_order_relaxed);
         }
@@ -211,13 +212,16 @@ std::string string_field(const nlohmann::ordered_json& req, const char* name, bo
 }  // namespace
 
 void CaptureService::stop_session(Session& s) {
-    if (s.rx_cb != nullptr) rte_eth_remove_rx_callback(s.port_id, 0, s.rx_cb);
-    if (s.tx_cb != nullptr) rte_eth_remove_tx_callback(s.port_id, 0, s.tx_cb);
+    for (uint16_t q = 0; q < s.rx_cb.size(); ++q)
+        if (s.rx_cb[q] != nullptr) rte_eth_remove_rx_callback(s.port_id, q, s.rx_cb[q]);
+    for (uint16_t q = 0; q < s.tx_cb.size(); ++q)
+        if (s.tx_cb[q] != nullptr) rte_eth_remove_tx_callback(s.port_id, q, s.tx_cb[q]);
     // No lcore may still be inside a callback when its memory goes.
     if (rcu_ != nullptr) rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID);
-    rte_free(const_cast<rte_eth_rxtx_callback*>(s.rx_cb));
-    rte_free(const_cast<rte_eth_rxtx_callback*>(s.tx_cb));
-    s.rx_cb = s.tx_cb = nullptr;
+    for (const auto* cb : s.rx_cb) rte_free(const_cast<rte_eth_rxtx_callback*>(cb));
+    for (const auto* cb : s.tx_cb) rte_free(const_cast<rte_eth_rxtx_callback*>(cb));
+    s.rx_cb.clear();
+    s.tx_cb.clear();
     s.detached.store(true, std::memory_order_release);
     if (s.writer.joinable()) s.writer.join();
 }
@@ -234,6 +238,7 @@ nlohmann::ordered_json CaptureService::start(const nlohmann::ordered_json& req) 
     auto s = std::make_unique<Session>();
     s->port_name = port;
     s->port_id = p->port_id;
+    s->queues = p->queues;
     s->file = string_field(req, "file", true);
     if (s->file.empty() || s->file[0] != '/') throw MgmtError("capture: \"file\" must be an absolute path, got '" + s->file + "'");
     s->filter = string_field(req, "filter", false);
@@ -259,7 +264,7 @@ nlohmann::ordered_json CaptureService::start(const nlohmann::ordered_json& req) 
     const std::string tag = "fgcap" + std::to_string(s->id);
     s->pool = rte_pktmbuf_pool_create((tag + "p").c_str(), kPoolSize, 0, 0,
                                       static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + sizeof(Record) + s->snaplen), SOCKET_ID_ANY);
-    s->ring = rte_ring_create((tag + "r").c_str(), kRingSize, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    s->ring = rte_ring_create((tag + "r").c_str(), kRingSize, SOCKET_ID_ANY, RING_F_SC_DEQ);
     if (s->pool == nullptr || s->ring == nullptr)
         throw MgmtError("capture: cannot allocate its buffers: " + std::string(rte_strerror(rte_errno)));
     s->out = std::fopen(s->file.c_str(), "wbx");  // never overwrite: the CLI removes an old file it was told to replace
@@ -272,9 +277,13 @@ nlohmann::ordered_json CaptureService::start(const nlohmann::ordered_json& req) 
     clock_gettime(CLOCK_REALTIME, &s->wall0);
     s->tsc0 = rte_rdtsc();
     s->writer = std::thread([ss = s.get()] { ss->write_loop(); });
-    s->rx_cb = rte_eth_add_rx_callback(s->port_id, 0, &Session::on_rx, s.get());
-    s->tx_cb = rte_eth_add_tx_callback(s->port_id, 0, &Session::on_tx, s.get());
-    if (s->rx_cb == nullptr || s->tx_cb == nullptr) {
+    bool added = true;
+    for (uint16_t q = 0; q < s->queues && added; ++q) {
+        s->rx_cb.push_back(rte_eth_add_rx_callback(s->port_id, q, &Session::on_rx, s.get()));
+        s->tx_cb.push_back(rte_eth_add_tx_callback(s->port_id, q, &Session::on_tx, s.get()));
+        added = s->rx_cb.back() != nullptr && s->tx_cb.back() != nullptr;
+    }
+    if (!added) {
         stop_session(*s);
         throw MgmtError("capture: the port does not take rx/tx callbacks: " + std::string(rte_strerror(rte_errno)));
     }

@@ -26,6 +26,7 @@ namespace fedgate {
 struct CapturePort {
     std::string name;
     uint16_t port_id = 0;
+    uint16_t queues = 1;  // one per data-plane worker: the capture taps each
 };
 
 inline constexpr uint32_t kDefaultSnaplen = 2048;  // bytes of each frame kept (the capture pool's mbuf size)

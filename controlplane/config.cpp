@@ -235,7 +235,7 @@ void read_gateway(const std::string& file, const toml::table& t, Config& c) {
 
 void read_dataplane(const std::string& file, const toml::table& t, DataplaneSettings& d) {
     TableReader r(file, t, "dataplane",
-                  {"idle", "idle_sleep_max_us", "idle_polls_before_sleep", "mbufs", "neighbour_capacity",
+                  {"workers", "idle", "idle_sleep_max_us", "idle_polls_before_sleep", "mbufs", "neighbour_capacity",
                    "neighbour_reachable_s", "neighbour_stale_s", "arp_probe_interval_ms", "arp_probes"});
     if (auto idle = r.string("idle", false)) {
         if (*idle == "spin")
@@ -245,6 +245,7 @@ void read_dataplane(const std::string& file, const toml::table& t, DataplaneSett
         else
             r.fail("idle", "'" + *idle + "' must be \"backoff\" or \"spin\"");
     }
+    r.uint("workers", d.workers, 1, kMaxWorkersCfg);
     r.uint("idle_sleep_max_us", d.idle_sleep_max_us, 1, 100'000);
     r.uint("idle_polls_before_sleep", d.idle_polls_before_sleep, 1, 1'000'000);
     r.uint("mbufs", d.mbufs, 1023, 1 << 22);

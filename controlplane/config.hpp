@@ -15,6 +15,7 @@ inline constexpr const char* kDefaultSocket = "/run/fedgate/fedgated.sock";
 inline constexpr const char* kDefaultStateDir = "/var/lib/fedgate";
 inline constexpr uint32_t kDefaultMbufs = 8191;
 inline constexpr uint32_t kDefaultIdleSleepMaxUs = 200;
+inline constexpr uint32_t kMaxWorkersCfg = 16;  // the data plane's kMaxWorkers
 inline constexpr uint32_t kDefaultIdlePollsBeforeSleep = 256;
 inline constexpr uint32_t kDefaultNeighbourCapacity = 4096;
 inline constexpr uint32_t kDefaultNeighbourReachableS = 30;
@@ -106,6 +107,7 @@ struct NatSettings {
 
 struct DataplaneSettings {
     bool idle_spin = false;
+    uint32_t workers = 1;  // data-plane workers, each on its own EAL worker lcore
     uint32_t idle_sleep_max_us = kDefaultIdleSleepMaxUs;
     uint32_t idle_polls_before_sleep = kDefaultIdlePollsBeforeSleep;
     uint32_t mbufs = kDefaultMbufs;

@@ -47,7 +47,8 @@ constexpr unsigned kRingSize = 1024;
 // The punt ring takes bursts of registrations (a job starting thousands of processes at once).
 constexpr unsigned kPuntRingSize = 4096;
 constexpr unsigned kRequestRingSize = 64;
-constexpr uint32_t kDataplaneThreads = 1;  // RCU readers: the data-plane lcores
+constexpr unsigned kHandOffRingSize = 4096;
+static_assert(kMaxWorkersCfg == kMaxWorkers);
 constexpr auto kRequestTimeout = std::chrono::seconds(5);
 constexpr unsigned kMempoolCache = 256;
 constexpr uint32_t kMaxPingCount = 100;
@@ -108,8 +109,10 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
         stop();
         return 1;
     }
-    FG_LOG(INFO, gateway, "party %s (id %u) up: %zu ports, data plane on lcore %u, socket %s", cfg_.party.c_str(),
-           cfg_.party_id, ports_.size(), dp_lcore_, cfg_.socket.c_str());
+    std::string lcores;
+    for (const unsigned l : dp_lcores_) lcores += (lcores.empty() ? "" : ",") + std::to_string(l);
+    FG_LOG(INFO, gateway, "party %s (id %u) up: %zu ports, %zu data-plane worker(s) on lcore(s) %s, socket %s",
+           cfg_.party.c_str(), cfg_.party_id, ports_.size(), dps_.size(), lcores.c_str(), cfg_.socket.c_str());
 
     // Control threads (and TBB's workers, created from them) keep off the data-plane core.
     with_affinity(control_cpus_, [this] {
@@ -119,14 +122,15 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
         if (metrics_) metrics_->start();
     });
 
-    std::pair<Dataplane*, const std::atomic<bool>*> args{dp_.get(), &quit};
-    if (dp_lcore_ == rte_get_main_lcore()) {
-        dp_->run(quit);
+    std::vector<std::pair<Dataplane*, const std::atomic<bool>*>> args;
+    for (const auto& dp : dps_) args.emplace_back(dp.get(), &quit);
+    if (dp_lcores_[0] == rte_get_main_lcore()) {
+        dps_[0]->run(quit);  // one worker and no worker lcore: it shares the main lcore
     } else {
-        rte_eal_remote_launch(dataplane_lcore_main, &args, dp_lcore_);
+        for (std::size_t i = 0; i < dps_.size(); ++i) rte_eal_remote_launch(dataplane_lcore_main, &args[i], dp_lcores_[i]);
         // rte_eal_wait_lcore spins; the main lcore has nothing to do until a signal, so it naps.
         while (!quit.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        rte_eal_wait_lcore(dp_lcore_);
+        for (const unsigned l : dp_lcores_) rte_eal_wait_lcore(l);
     }
     FG_LOG(INFO, gateway, "stopping");
     stop();
@@ -160,14 +164,15 @@ void Gateway::start() {
         FG_LOG(INFO, gateway, "rte_pdump %s", pdump_ ? "enabled: dpdk-dumpcap can attach" : "could not be enabled");
     }
 
-    // The data plane takes the first worker lcore if there is one, else shares the main lcore.
-    const unsigned worker = rte_get_next_lcore(-1, 1, 0);
-    dp_lcore_ = worker < RTE_MAX_LCORE ? worker : rte_get_main_lcore();
-    const int socket = static_cast<int>(rte_lcore_to_socket_id(dp_lcore_));
-    cpu_set_t others;
-    const rte_cpuset_t dp_cpus = rte_lcore_cpuset(dp_lcore_);
-    CPU_XOR(&others, &control_cpus_, &dp_cpus);
-    CPU_AND(&others, &others, &control_cpus_);
+    pick_lcores();
+    const uint16_t workers = static_cast<uint16_t>(dp_lcores_.size());
+    const int socket = static_cast<int>(rte_lcore_to_socket_id(dp_lcores_[0]));
+    cpu_set_t others = control_cpus_;
+    for (const unsigned l : dp_lcores_) {
+        const rte_cpuset_t dp_cpus = rte_lcore_cpuset(l);
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+            if (CPU_ISSET(c, &dp_cpus)) CPU_CLR(c, &others);
+    }
     if (CPU_COUNT(&others) > 0) control_cpus_ = others;  // else the data plane and control share
 
     pool_ = rte_pktmbuf_pool_create("fg_mbufs", cfg_.dataplane.mbufs, kMempoolCache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
@@ -175,19 +180,30 @@ void Gateway::start() {
     if (pool_ == nullptr)
         throw std::runtime_error("cannot create " + std::to_string(cfg_.dataplane.mbufs) +
                                  " mbufs (dataplane.mbufs; EAL memory -m): " + rte_strerror(rte_errno));
-    punt_ = rte_ring_create("fg_punt", kPuntRingSize, socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    // Every worker punts and reports events (multi-producer); worker 0 alone takes injected packets.
+    const unsigned one_producer = workers == 1 ? RING_F_SP_ENQ : 0;
+    punt_ = rte_ring_create("fg_punt", kPuntRingSize, socket, one_producer | RING_F_SC_DEQ);
     inject_ = rte_ring_create("fg_inject", kRingSize, socket, RING_F_SC_DEQ);
-    requests_ = rte_ring_create("fg_requests", kRequestRingSize, socket, RING_F_SC_DEQ);
-    events_ = rte_ring_create_elem("fg_events", sizeof(ResolveEvent), kEventRingSize, socket,
-                                   RING_F_SP_ENQ | RING_F_SC_DEQ);
-    if (punt_ == nullptr || inject_ == nullptr || requests_ == nullptr || events_ == nullptr)
-        throw std::runtime_error(std::string("cannot create the control rings: ") + rte_strerror(rte_errno));
+    events_ = rte_ring_create_elem("fg_events", sizeof(ResolveEvent), kEventRingSize, socket, one_producer | RING_F_SC_DEQ);
+    bool rings_ok = punt_ != nullptr && inject_ != nullptr && events_ != nullptr;
+    for (uint16_t w = 0; w < workers && rings_ok; ++w) {
+        const std::string n = std::to_string(w);
+        requests_.push_back(rte_ring_create(("fg_requests" + n).c_str(), kRequestRingSize, socket, RING_F_SC_DEQ));
+        rings_ok = requests_.back() != nullptr;
+        if (workers > 1 && rings_ok) {
+            handoff_.push_back(rte_ring_create(("fg_handoff" + n).c_str(), kHandOffRingSize, socket, RING_F_SC_DEQ));
+            rings_ok = handoff_.back() != nullptr;
+        }
+    }
+    if (!rings_ok) throw std::runtime_error(std::string("cannot create the control rings: ") + rte_strerror(rte_errno));
     wake_.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_.fd < 0)
         throw std::runtime_error(std::string("cannot create the punt thread's eventfd: ") + std::strerror(errno));
 
     for (const PortConfig& pc : cfg_.ports) {
-        ports_.push_back(bring_up_port(PortSetup{pc.name, pc.device}, pool_));
+        PortSetup setup{pc.name, pc.device};
+        setup.queues = workers;
+        ports_.push_back(bring_up_port(setup, pool_));
         DpPortConfig d;
         d.port_id = ports_.back().port_id;
         d.role = pc.role == PortRoleCfg::external ? PortRole::external : PortRole::internal;
@@ -195,6 +211,7 @@ void Gateway::start() {
         d.addr = rte_cpu_to_be_32(pc.address.addr);
         d.prefix_len = pc.address.prefix_len;
         d.next_hop = pc.next_hop ? rte_cpu_to_be_32(*pc.next_hop) : 0;
+        d.rss = ports_.back().rss;
         for (const auto& [ip, mac] : pc.static_neighbours) d.static_neighbours.emplace_back(rte_cpu_to_be_32(ip), mac);
         dp_ports_.push_back(d);
         FG_LOG(INFO, gateway, "port %s: %s (%s) port_id %u mac %s address %s", pc.name.c_str(), pc.device.c_str(),
@@ -214,15 +231,19 @@ void Gateway::start() {
         if (rte_eth_dev_get_mtu(h.port_id, &m) == 0 && m >= 576) mtu = std::min(mtu, m);
     }
     const NatSettings& n = cfg_.nat;
-    dc.nat = NatConfig{n.max_sessions, static_cast<uint16_t>(mtu - 40), n.port_lo, n.port_hi,
-                       NatTimeouts{n.tcp_established_s * 1000, n.tcp_transitory_s * 1000, n.udp_s * 1000,
-                                   n.tcp_closing_s * 1000}};
+    dc.nat.max_sessions = n.max_sessions;
+    dc.nat.mss_clamp = static_cast<uint16_t>(mtu - 40);
+    dc.nat.port_lo = n.port_lo;
+    dc.nat.port_hi = n.port_hi;
+    dc.nat.workers = workers;
+    dc.nat.timeouts = NatTimeouts{n.tcp_established_s * 1000, n.tcp_transitory_s * 1000, n.udp_s * 1000,
+                                  n.tcp_closing_s * 1000};
 
     // Port maps: the view the lcore reads, the RCU variable it reports to, and the table that
     // publishes config and run-time mappings into the view.
-    const std::size_t rcu_size = rte_rcu_qsbr_get_memsize(kDataplaneThreads);
+    const std::size_t rcu_size = rte_rcu_qsbr_get_memsize(workers);
     rcu_ = static_cast<rte_rcu_qsbr*>(std::aligned_alloc(RTE_CACHE_LINE_SIZE, RTE_ALIGN_CEIL(rcu_size, RTE_CACHE_LINE_SIZE)));
-    if (rcu_ == nullptr || rte_rcu_qsbr_init(rcu_, kDataplaneThreads) != 0)
+    if (rcu_ == nullptr || rte_rcu_qsbr_init(rcu_, workers) != 0)
         throw std::runtime_error("cannot set up RCU for the port maps");
     maps_ = std::make_unique<PortMapView>();
     table_ = std::make_unique<PortMapTable>(cfg_, *maps_, rcu_, cfg_.state_dir + "/mappings.json");
@@ -259,11 +280,20 @@ void Gateway::start() {
         FG_LOG(INFO, gateway, "RoCE v2 translation: %u connections, RDMA MTU up to %u", roce_->capacity(), rdma_mtu);
     }
 
-    dp_ = std::make_unique<Dataplane>(dc, dp_ports_, pool_, DpRings{punt_, inject_, requests_, events_, &wake_},
-                                      DpShared{maps_.get(), rcu_, 0, cache_.get(), roce_ ? &roce_->view() : nullptr});
+    // Broadcast budgets are the gateway's: each worker takes its share.
+    dc.resolve.resolver.broadcast_rate = std::max<uint32_t>(1, rs.broadcast_rate / workers);
+    dc.resolve.resolver.broadcast_burst = std::max<uint32_t>(1, rs.broadcast_burst / workers);
+    for (uint16_t w = 0; w < workers; ++w) {
+        DataplaneConfig wc = dc;
+        wc.nat.worker = w;
+        dps_.push_back(std::make_unique<Dataplane>(
+            wc, dp_ports_, pool_, DpRings{punt_, w == 0 ? inject_ : nullptr, requests_[w], events_, &wake_},
+            DpShared{maps_.get(), rcu_, w, cache_.get(), roce_ ? &roce_->view() : nullptr}, DpWorker{w, workers, handoff_}));
+    }
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
     std::vector<CapturePort> capture_ports;
-    for (std::size_t i = 0; i < ports_.size(); ++i) capture_ports.push_back({cfg_.ports[i].name, ports_[i].port_id});
+    for (std::size_t i = 0; i < ports_.size(); ++i)
+        capture_ports.push_back({cfg_.ports[i].name, ports_[i].port_id, ports_[i].queues});
     capture_ = std::make_unique<CaptureService>(std::move(capture_ports), rcu_);
     mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::ordered_json& r) { return handle(r); },
                                          control_arena());
@@ -292,7 +322,7 @@ void Gateway::stop() {
         (void)!::write(wake_.fd, &one, sizeof one);  // the punt thread sees stop_control_ now, not at its next tick
     }
     if (punt_thread_.joinable()) punt_thread_.join();
-    dp_.reset();
+    dps_.clear();
     if (wake_.fd >= 0) ::close(wake_.fd);  // no lcore left to write it
     wake_.fd = -1;
     resolution_.reset();
@@ -304,21 +334,25 @@ void Gateway::stop() {
     maps_.reset();
     std::free(rcu_);
     rcu_ = nullptr;
-    for (rte_ring* r : {punt_, inject_}) {
+    handoff_.push_back(punt_);
+    handoff_.push_back(inject_);
+    for (rte_ring* r : handoff_) {
         if (r == nullptr) continue;
         void* m;
         while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
         rte_ring_free(r);
     }
-    // Requests still in the ring belong to callers that gave up waiting (the lcore stopped first);
+    handoff_.clear();
+    // Requests still in the rings belong to callers that gave up waiting (the lcores stopped first);
     // nobody else holds them now.
-    if (requests_ != nullptr) {
+    for (rte_ring* q : requests_) {
         void* r;
-        while (rte_ring_dequeue(requests_, &r) == 0) delete static_cast<DpRequest*>(r);
+        while (q != nullptr && rte_ring_dequeue(q, &r) == 0) delete static_cast<DpRequest*>(r);
+        rte_ring_free(q);
     }
-    rte_ring_free(requests_);
+    requests_.clear();
     rte_ring_free(events_);
-    punt_ = inject_ = requests_ = events_ = nullptr;
+    punt_ = inject_ = events_ = nullptr;
     for (const PortHandle& p : ports_) close_port(p);
     ports_.clear();
     if (pool_ != nullptr) rte_mempool_free(pool_);
@@ -466,7 +500,7 @@ nlohmann::ordered_json Gateway::status() const {
             {"next_hop", pc.next_hop ? nlohmann::ordered_json(format_ipv4(*pc.next_hop)) : nlohmann::ordered_json(nullptr)},
             {"mac", mac_str(ports_[i].mac)},
             {"link", {{"up", link.up}, {"speed_mbps", link.speed_mbps}, {"duplex", link.full_duplex ? "full" : "half"}}},
-            {"neighbours", dp_->neighbour_entries(i)},
+            {"neighbours", dps_[0]->neighbour_entries(i)},
         });
     }
     nlohmann::ordered_json peers = nlohmann::ordered_json::array();
@@ -479,7 +513,8 @@ nlohmann::ordered_json Gateway::status() const {
         {"version", FEDGATE_VERSION},
         {"pid", ::getpid()},
         {"uptime_s", uptime},
-        {"dataplane_lcores", {dp_lcore_}},
+        {"dataplane_lcores", dp_lcores_},
+        {"workers", dps_.size()},
         {"idle", cfg_.dataplane.idle_spin ? "spin" : "backoff"},
         {"ports", ports},
         {"peers", peers},
@@ -490,7 +525,7 @@ nlohmann::ordered_json Gateway::stats() const {
     nlohmann::ordered_json ports = nlohmann::ordered_json::array();
     uint64_t totals[kDropReasonCount] = {};
     for (std::size_t i = 0; i < ports_.size(); ++i) {
-        const PortCounters& c = dp_->port_counters(i);
+        const PortCounters& c = dps_[0]->port_counters(i);
         nlohmann::ordered_json reasons = nlohmann::ordered_json::object();
         for (std::size_t r = 0; r < kDropReasonCount; ++r) {
             const uint64_t v = c.drops[r].get();
@@ -520,13 +555,13 @@ nlohmann::ordered_json Gateway::stats() const {
     }
     nlohmann::ordered_json drops = nlohmann::ordered_json::object();
     for (std::size_t r = 0; r < kDropReasonCount; ++r) drops[std::string(kDropReasonNames[r])] = totals[r];
-    const LcoreCounters& l = dp_->counters();
-    const NatCounters& nat = dp_->nat_counters();
+    const LcoreCounters& l = dps_[0]->counters();
+    const NatCounters& nat = dps_[0]->nat_counters();
     // Session ports: on the external address for imports, on the internal one for exports.
     nlohmann::ordered_json pools = nlohmann::ordered_json::object();
     for (const auto& [name, pool] : {std::pair{"external", Nat::Pool::external}, std::pair{"internal", Nat::Pool::internal}})
         for (const auto& [pname, proto] : {std::pair{"tcp", L4Proto::tcp}, std::pair{"udp", L4Proto::udp}}) {
-            const uint64_t size = dp_->pool_size(pool, proto), free = dp_->pool_free(pool, proto);
+            const uint64_t size = dps_[0]->pool_size(pool, proto), free = dps_[0]->pool_free(pool, proto);
             pools[std::string(name) + "_" + pname] = {{"used", size - std::min(size, free)}, {"free", free}};
         }
     return {
@@ -539,14 +574,14 @@ nlohmann::ordered_json Gateway::stats() const {
           {"replies_received", l.arp_replies_received.get()}}},
         {"icmp", {{"echo_requests_received", l.echo_requests_received.get()}, {"echo_replies_sent", l.echo_replies_sent.get()}}},
         {"neighbour",
-         {{"entries", dp_->neighbour_entries()},
+         {{"entries", dps_[0]->neighbour_entries()},
           {"learned", l.neigh_learned.get()},
           {"expired", l.neigh_expired.get()},
           {"failed", l.neigh_failed.get()},
           {"unresolved_drops", totals[static_cast<std::size_t>(DropReason::neighbour_unresolved)]}}},
         {"loop", {{"polls", l.polls.get()}, {"busy_polls", l.busy_polls.get()}, {"idle_sleeps", l.idle_sleeps.get()}}},
         {"nat",
-         {{"sessions", dp_->session_count()},
+         {{"sessions", dps_[0]->session_count()},
           {"created", nat.sessions_created.get()},
           {"expired", nat.sessions_expired.get()},
           {"refused_full", nat.sessions_refused_full.get()},
@@ -582,7 +617,18 @@ nlohmann::ordered_json Gateway::session_list(const nlohmann::ordered_json& req) 
     req_in->kind = DpRequest::Kind::session_dump;
     req_in->limit = limit;
     req_in->sessions.reserve(limit);
-    const std::unique_ptr<DpRequest> r = ask_lcore(std::move(req_in), kRequestTimeout);
+    // Every worker holds its own sessions: ask each for up to `limit`, keep the first `limit`.
+    std::unique_ptr<DpRequest> r = ask_lcore(std::move(req_in), kRequestTimeout, 0);
+    for (std::size_t w = 1; w < dps_.size(); ++w) {
+        auto more = std::make_unique<DpRequest>();
+        more->kind = DpRequest::Kind::session_dump;
+        more->limit = limit;
+        more->sessions.reserve(limit);
+        more = ask_lcore(std::move(more), kRequestTimeout, w);
+        r->total += more->total;
+        for (const Session& s : more->sessions)
+            if (r->sessions.size() < limit) r->sessions.push_back(s);
+    }
     const auto endpoint = [](uint32_t addr, uint16_t port) {
         return format_ipv4(rte_be_to_cpu_32(addr)) + ":" + std::to_string(rte_be_to_cpu_16(port));
     };
@@ -607,9 +653,31 @@ nlohmann::ordered_json Gateway::session_list(const nlohmann::ordered_json& req) 
     return {{"sessions", list}, {"total", r->total}, {"truncated", r->total > list.size()}};
 }
 
-std::unique_ptr<DpRequest> Gateway::ask_lcore(std::unique_ptr<DpRequest> req, std::chrono::milliseconds timeout) {
+std::vector<const Dataplane*> Gateway::workers() const {
+    std::vector<const Dataplane*> out;
+    for (const auto& dp : dps_) out.push_back(dp.get());
+    return out;
+}
+
+void Gateway::pick_lcores() {
+    const unsigned want = cfg_.dataplane.workers;
+    unsigned lcore;
+    RTE_LCORE_FOREACH_WORKER(lcore) {
+        if (dp_lcores_.size() < want) dp_lcores_.push_back(lcore);
+    }
+    if (dp_lcores_.empty() && want == 1) dp_lcores_.push_back(rte_get_main_lcore());  // shares the main lcore
+    if (dp_lcores_.size() < want)
+        throw std::runtime_error("[dataplane] workers = " + std::to_string(want) + " needs " + std::to_string(want) +
+                                 " EAL worker lcores, eal.args give " + std::to_string(rte_lcore_count() - 1) +
+                                 " (-l 0-" + std::to_string(want) + ", or --lcores to put several on one CPU, e.g. " +
+                                 "--lcores 0@0,1@1,2@1)");
+}
+
+std::unique_ptr<DpRequest> Gateway::ask_lcore(std::unique_ptr<DpRequest> req, std::chrono::milliseconds timeout,
+                                              std::size_t w) {
     DpRequest* r = req.get();
-    if (rte_ring_mp_enqueue(requests_, r) != 0) throw MgmtError("the data plane's request ring is full; try again");
+    if (rte_ring_mp_enqueue(requests_.at(w), r) != 0)
+        throw MgmtError("the data plane's request ring is full; try again");
     req.release();  // the lcore has it now
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!r->done.load(std::memory_order_acquire)) {
@@ -661,9 +729,9 @@ nlohmann::ordered_json Gateway::conn_list(const nlohmann::ordered_json& req) {
 
 nlohmann::ordered_json Gateway::resolution_stats() const {
     nlohmann::ordered_json j = resolution_->stats();
-    if (const Resolver* r = dp_->resolver(); r != nullptr) {
+    if (const Resolver* r = dps_[0]->resolver(); r != nullptr) {
         const ResolverCounters& c = r->counters();
-        const ResolveDpCounters& d = dp_->resolve_counters();
+        const ResolveDpCounters& d = dps_[0]->resolve_counters();
         j["resolve"] = {{"requests", c.requests.get()},
                         {"hits", c.hits.get()},
                         {"misses", c.misses.get()},
@@ -767,11 +835,13 @@ nlohmann::ordered_json Gateway::reload() {
                              (is_glob(type) ? "matches it" : "has that name") + " (fedgatectl log list shows them)");
 
     const auto set_lcore_peers = [&](const Config& c) {
-        auto r = std::make_unique<DpRequest>();
-        r->kind = DpRequest::Kind::set_peers;
-        r->peers = make_peer_table(dp_peers(c), SeqClock::realtime_ns());
-        for (const PeerConfig& p : c.peers) r->peer_parties.push_back(p.party_id);
-        ask_lcore(std::move(r), kRequestTimeout);  // comes back holding the old table, freed here
+        for (std::size_t w = 0; w < dps_.size(); ++w) {  // each worker checks peer messages with its own table
+            auto r = std::make_unique<DpRequest>();
+            r->kind = DpRequest::Kind::set_peers;
+            r->peers = make_peer_table(dp_peers(c), SeqClock::realtime_ns());
+            for (const PeerConfig& p : c.peers) r->peer_parties.push_back(p.party_id);
+            ask_lcore(std::move(r), kRequestTimeout, w);  // comes back holding the old table, freed here
+        }
     };
     if (diff.peers_changed) {
         try {

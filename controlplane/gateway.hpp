@@ -77,8 +77,13 @@ private:
     // The config as the last reload left it. Only peers, mappings and log levels ever differ from
     // cfg_; a reader that needs them takes this snapshot, which never changes under it.
     std::shared_ptr<const Config> live() const;
-    // Hands `r` to the lcore and waits until it is done; throws MgmtError if it takes too long.
-    std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout);
+    // Hands `r` to worker `w` and waits until it is done; throws MgmtError if it takes too long.
+    std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout,
+                                         std::size_t w = 0);
+    // The data-plane workers, for reading their counters.
+    std::vector<const Dataplane*> workers() const;
+    // Picks the lcores of [dataplane] workers from the EAL's; throws naming the setting when short.
+    void pick_lcores();
     // One resolution datagram from our resolution port, routed like any packet the control threads send.
     void send_udp(uint32_t dst, uint16_t dst_port, std::span<const uint8_t> datagram);
     uint64_t now_ms() const;  // the lcore's clock
@@ -95,7 +100,8 @@ private:
     rte_mempool* pool_ = nullptr;
     rte_ring* punt_ = nullptr;
     rte_ring* inject_ = nullptr;
-    rte_ring* requests_ = nullptr;
+    std::vector<rte_ring*> requests_;  // one per worker
+    std::vector<rte_ring*> handoff_;   // one per worker when there are several
     rte_ring* events_ = nullptr;
     rte_rcu_qsbr* rcu_ = nullptr;
     std::unique_ptr<ResolveCache> cache_;
@@ -108,14 +114,14 @@ private:
     std::unique_ptr<PortMapTable> table_;
     std::vector<PortHandle> ports_;
     std::vector<DpPortConfig> dp_ports_;
-    std::unique_ptr<Dataplane> dp_;
+    std::vector<std::unique_ptr<Dataplane>> dps_;  // the workers; dps_[0] takes injected packets
     std::unique_ptr<Pinger> pinger_;
     std::unique_ptr<MgmtServer> mgmt_;
     std::unique_ptr<MetricsServer> metrics_;  // null unless [metrics] listen is set
     std::thread punt_thread_;
     ControlWake wake_;  // the punt thread's doorbell (its eventfd is made in start())
     std::atomic<bool> stop_control_{false};
-    unsigned dp_lcore_ = 0;
+    std::vector<unsigned> dp_lcores_;  // worker i runs on dp_lcores_[i]
     cpu_set_t control_cpus_{};  // where control threads run: the process's CPUs less the data plane's
 };
 

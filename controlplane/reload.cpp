@@ -70,6 +70,7 @@ ConfigDiff diff_config(const Config& a, const Config& b) {
     r.field("gateway", "state_dir", a.state_dir, b.state_dir);
     r.field("eal", "args", a.eal_args, b.eal_args);
     const DataplaneSettings &da = a.dataplane, &db = b.dataplane;
+    r.field("dataplane", "workers", da.workers, db.workers);
     r.field("dataplane", "idle", da.idle_spin, db.idle_spin);
     r.field("dataplane", "idle_sleep_max_us", da.idle_sleep_max_us, db.idle_sleep_max_us);
     r.field("dataplane", "idle_polls_before_sleep", da.idle_polls_before_sleep, db.idle_polls_before_sleep);

@@ -42,6 +42,8 @@ struct alignas(64) LcoreCounters {
     Counter neigh_learned, neigh_expired, neigh_failed;
     Counter punted, injected;
     Counter control_wakeups;  // eventfd writes to a sleeping control thread (ControlWake)
+    Counter handoffs_sent, handoffs_received;  // packets steered to / taken from another worker
+    Counter arp_copies_sent;                   // ARP packets copied to the other workers to learn from
 };
 
 }  // namespace fedgate

@@ -7,6 +7,7 @@
 #include <rte_arp.h>
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
+#include <rte_hash_crc.h>
 #include <rte_icmp.h>
 #include <rte_ip.h>
 #include <rte_mbuf.h>
@@ -29,6 +30,10 @@ namespace {
 constexpr int kPrefetchAhead = 3;
 constexpr uint8_t kDefaultTtl = 64;
 constexpr uint8_t kIcmpUnreachable = 3, kIcmpTimeExceeded = 11, kIcmpParamProblem = 12;
+
+// What a packet in a hand-off ring is for, kept in the mbuf's hash.usr beside its arrival port.
+constexpr uint8_t kHandOffPacket = 1;  // handle it as if it had arrived here
+constexpr uint8_t kHandOffArpCopy = 2; // a copy of an ARP packet: learn the sender, then free it
 
 uint32_t prefix_mask(uint8_t len) { return rte_cpu_to_be_32(len == 0 ? 0 : ~uint32_t{0} << (32 - len)); }
 
@@ -63,7 +68,10 @@ std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint6
     std::vector<DpPeerState> table;
     table.reserve(peers.size());
     for (const DpPeer& p : peers)
-        table.push_back(DpPeerState{p, HmacKey(p.key), {ReplayWindow(start_seq), ReplayWindow(start_seq)}});
+    {
+        DpPeerState& st = table.emplace_back(DpPeerState{p, HmacKey(p.key), {}});
+        for (ReplayWindow& w : st.windows) w = ReplayWindow(start_seq);
+    }
     return table;
 }
 
@@ -71,14 +79,13 @@ void carry_over_replay_windows(const std::vector<DpPeerState>& old, std::vector<
     for (DpPeerState& n : next)
         for (const DpPeerState& o : old)
             if (o.cfg.addr == n.cfg.addr && o.cfg.party == n.cfg.party && o.cfg.key == n.cfg.key) {
-                n.windows[0] = o.windows[0];
-                n.windows[1] = o.windows[1];
+                std::copy(std::begin(o.windows), std::end(o.windows), std::begin(n.windows));
                 break;
             }
 }
 
 Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>& ports, rte_mempool* pool,
-                     DpRings rings, DpShared shared)
+                     DpRings rings, DpShared shared, DpWorker worker)
     : ports_(std::make_unique<Port[]>(ports.size())),
       nports_(ports.size()),
       port_cfgs_(ports),
@@ -88,7 +95,16 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
       pool_(pool),
       rings_(rings),
       idle_(cfg.idle),
-      tsc_per_ms_(rte_get_tsc_hz() / 1000) {
+      tsc_per_ms_(rte_get_tsc_hz() / 1000),
+      worker_(std::move(worker)),
+      queue_(worker_.index),
+      nat_lo_(cfg.nat.port_lo),
+      nat_hi_(cfg.nat.port_hi) {
+    if (worker_.count == 0 || worker_.count > kMaxWorkers || worker_.index >= worker_.count ||
+        (worker_.count > 1 && worker_.handoff.size() != worker_.count))
+        throw std::invalid_argument("data-plane worker " + std::to_string(worker_.index) + " of " +
+                                    std::to_string(worker_.count) + ": bad worker index, count or hand-off rings");
+    if (worker_.count > 1) hand_out_ = std::make_unique<HandOffBuf[]>(worker_.count);
     for (std::size_t i = 0; i < nports_; ++i) {
         ports_[i].cfg = ports[i];
         ports_[i].mask = prefix_mask(ports[i].prefix_len);
@@ -104,6 +120,8 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
         // Our own clock starts each window: messages stamped before we started are refused.
         peers_ = make_peer_table(cfg.resolve.peers, SeqClock::realtime_ns());
         for (const DpPeer& p : cfg.resolve.peers) resolve_cfg_.resolver.peer_parties.push_back(p.party);
+        // Our queries carry our index, so the answer comes back to us whichever worker takes it in.
+        resolve_cfg_.resolver.query_tag = static_cast<uint8_t>(worker_.index);
         resolver_ = std::make_unique<Resolver>(resolve_cfg_.resolver, *shared.cache, static_cast<ResolverIo&>(*this));
     }
     now_ms_ = now_ms();
@@ -111,6 +129,9 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
 
 Dataplane::~Dataplane() {
     flush();
+    if (hand_out_)
+        for (uint16_t w = 0; w < worker_.count; ++w)
+            for (uint16_t j = 0; j < hand_out_[w].len; ++j) rte_pktmbuf_free(hand_out_[w].pkts[j]);
     // Packets still waiting for a neighbour go back to the pool.
     neigh_.clear([](Neighbour& n) { rte_pktmbuf_free(n.held); });
 }
@@ -154,7 +175,7 @@ uint32_t Dataplane::poll_once() {
     rte_mbuf* pkts[kBurst];
 
     for (uint16_t in = 0; in < nports_; ++in) {
-        const uint16_t n = rte_eth_rx_burst(ports_[in].cfg.port_id, 0, pkts, kBurst);
+        const uint16_t n = rte_eth_rx_burst(ports_[in].cfg.port_id, queue_, pkts, kBurst);
         for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
         for (uint16_t j = 0; j < n; ++j) {
             if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
@@ -162,6 +183,8 @@ uint32_t Dataplane::poll_once() {
         }
         handled += n;
     }
+
+    if (hand_out_) take_hand_offs(&handled);
 
     if (rings_.inject != nullptr) {
         const unsigned n = rte_ring_sc_dequeue_burst(rings_.inject, reinterpret_cast<void**>(pkts), kBurst, nullptr);
@@ -180,6 +203,7 @@ uint32_t Dataplane::poll_once() {
         tick(now_ms_);
         next_tick_ms_ = now_ms_ + kTickMs;
     }
+    if (hand_out_) flush_hand_offs();
     flush();
     wake_control();
     if (handled != 0) counters_.busy_polls.add();
@@ -191,8 +215,10 @@ uint32_t Dataplane::poll_once() {
 
 void Dataplane::handle(rte_mbuf* m, uint16_t in) {
     Port& port = ports_[in];
-    port.counters.rx_packets.add();
-    port.counters.rx_bytes.add(rte_pktmbuf_pkt_len(m));
+    if (!from_hand_off_) {  // counted once, by the worker that took it off the port
+        port.counters.rx_packets.add();
+        port.counters.rx_bytes.add(rte_pktmbuf_pkt_len(m));
+    }
 
     ParsedPacket p;
     if (const DropReason r = parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p);
@@ -226,19 +252,20 @@ void Dataplane::handle_arp(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
                            ((sip ^ port.cfg.addr) & port.mask) == 0;
     const bool for_us = arp->arp_data.arp_tip == port.cfg.addr;
 
-    // Learn the sender when the ARP is for us; otherwise only refresh one we already know (Linux does
-    // the same), so a chatty segment cannot fill the table.
     if (sender_ok) {
-        if (Neighbour* n = neigh_.learn(in, sip, to_mac(arp->arp_data.arp_sha), now_ms_, for_us); n != nullptr) {
-            counters_.neigh_learned.add();
-            if (rte_mbuf* held = n->held; held != nullptr) {
-                n->held = nullptr;
-                auto* heth = at<rte_ether_hdr>(held, 0);
-                heth->dst_addr = arp->arp_data.arp_sha;
-                heth->src_addr = port.cfg.mac;
-                tx(held, in);
+        learn_from_arp(in, *arp, for_us);
+        // Every worker keeps its own neighbour table: the others learn from a copy.
+        if (hand_out_ && !from_hand_off_)
+            for (uint16_t w = 0; w < worker_.count; ++w) {
+                if (w == worker_.index) continue;
+                rte_mbuf* c = rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX);
+                if (c == nullptr) {
+                    port.counters.drop(DropReason::handoff_ring_full);
+                    continue;
+                }
+                counters_.arp_copies_sent.add();
+                hand_off(c, in, w, kHandOffArpCopy);
             }
-        }
     }
     if (!for_us) return drop(m, in, DropReason::arp_not_for_us);
     // An ARP probe (sender 0.0.0.0) for our address still gets an answer: that is how duplicate
@@ -261,6 +288,117 @@ void Dataplane::handle_arp(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
     tx(m, in);
 }
 
+// Learn the sender when the ARP is for us; otherwise only refresh one we already know (Linux does
+// the same), so a chatty segment cannot fill the table.
+void Dataplane::learn_from_arp(uint16_t in, const rte_arp_hdr& arp, bool for_us) {
+    Neighbour* n = neigh_.learn(in, arp.arp_data.arp_sip, to_mac(arp.arp_data.arp_sha), now_ms_, for_us);
+    if (n == nullptr) return;
+    counters_.neigh_learned.add();
+    if (rte_mbuf* held = n->held; held != nullptr) {
+        n->held = nullptr;
+        auto* heth = at<rte_ether_hdr>(held, 0);
+        heth->dst_addr = arp.arp_data.arp_sha;
+        heth->src_addr = ports_[in].cfg.mac;
+        tx(held, in);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers: which one a packet belongs to, and the hand-off rings between them.
+
+uint16_t Dataplane::owner_of(const uint8_t* frame, uint16_t in, const ParsedPacket& p) const {
+    const uint16_t me = worker_.index, count = worker_.count;
+    if (count == 1) return me;
+    const auto port_owner = [&](uint16_t port_be) -> int {
+        const uint16_t port = rte_be_to_cpu_16(port_be);
+        return port >= nat_lo_ && port <= nat_hi_ ? port % count : -1;
+    };
+    if (p.ip_proto == kIpProtoIcmp) {
+        // An error about a session's packet: the session port is the quoted packet's source port.
+        if (p.icmp_type != kIcmpUnreachable && p.icmp_type != kIcmpTimeExceeded && p.icmp_type != kIcmpParamProblem)
+            return me;
+        const uint32_t quoted = p.l4_offset + 8u;
+        if (p.l4_len < 8u + 20u + 4u) return me;
+        const uint8_t* q = frame + quoted;
+        const uint32_t ihl = (q[0] & 0x0fu) * 4u;
+        if ((q[9] != kIpProtoTcp && q[9] != kIpProtoUdp) || p.l4_len < 8u + ihl + 4u) return me;
+        uint16_t sport_be;
+        std::memcpy(&sport_be, q + ihl, 2);
+        const int w = port_owner(sport_be);
+        return w < 0 ? me : static_cast<uint16_t>(w);
+    }
+    if (p.ip_proto != kIpProtoTcp && p.ip_proto != kIpProtoUdp) return me;
+    if (p.ip_proto == kIpProtoUdp && p.dst_port == resolve_port_be_ && resolve_port_be_ != 0) {
+        // A peer's answer goes to the worker whose query it is (the query ID's top byte).
+        if (p.payload_len >= sizeof(MsgHeader) + sizeof(AnswerBody)) {
+            MsgHeader h;
+            std::memcpy(&h, frame + p.payload_offset, sizeof h);
+            if (h.type == static_cast<uint8_t>(MsgType::answer)) {
+                const uint8_t* qid = frame + p.payload_offset + sizeof h + offsetof(AnswerBody, query_id);
+                return qid[0] < count ? qid[0] : me;  // big-endian: byte 0 is the top byte
+            }
+        }
+    } else if (const int w = port_owner(p.dst_port); w >= 0 && p.dst_port != roce_port_be_) {
+        return static_cast<uint16_t>(w);
+    }
+    // A flow: the device's hash put it on our queue, or ours decides.
+    if (ports_[in].cfg.rss) return me;
+    uint32_t h = rte_hash_crc_4byte(p.src_ip, 0);
+    h = rte_hash_crc_4byte(p.dst_ip, h);
+    h = rte_hash_crc_4byte(static_cast<uint32_t>(p.src_port) << 16 | p.dst_port, h);
+    h = rte_hash_crc_4byte(p.ip_proto, h);
+    return static_cast<uint16_t>(h % count);
+}
+
+void Dataplane::hand_off(rte_mbuf* m, uint16_t in, uint16_t to, uint8_t kind) {
+    m->hash.usr = static_cast<uint32_t>(kind) << 16 | in;
+    HandOffBuf& b = hand_out_[to];
+    b.pkts[b.len++] = m;
+    if (b.len == kBurst) flush_hand_offs();
+}
+
+void Dataplane::flush_hand_offs() {
+    for (uint16_t w = 0; w < worker_.count; ++w) {
+        HandOffBuf& b = hand_out_[w];
+        if (b.len == 0) continue;
+        const unsigned n = rte_ring_mp_enqueue_burst(worker_.handoff[w], reinterpret_cast<void**>(b.pkts), b.len, nullptr);
+        counters_.handoffs_sent.add(n);
+        for (unsigned j = n; j < b.len; ++j) drop(b.pkts[j], static_cast<uint16_t>(b.pkts[j]->hash.usr & 0xffff),
+                                                 DropReason::handoff_ring_full);
+        b.len = 0;
+    }
+}
+
+void Dataplane::take_hand_offs(uint32_t* handled) {
+    rte_mbuf* pkts[kBurst];
+    const unsigned n =
+        rte_ring_sc_dequeue_burst(worker_.handoff[worker_.index], reinterpret_cast<void**>(pkts), kBurst, nullptr);
+    if (n == 0) return;
+    counters_.handoffs_received.add(n);
+    from_hand_off_ = true;
+    for (unsigned j = 0; j < n; ++j) {
+        rte_mbuf* m = pkts[j];
+        const uint16_t in = static_cast<uint16_t>(m->hash.usr & 0xffff);
+        if (in >= nports_) {
+            rte_pktmbuf_free(m);
+            continue;
+        }
+        if ((m->hash.usr >> 16) == kHandOffArpCopy) {
+            ParsedPacket p;
+            if (parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p) == DropReason::none &&
+                p.ether_type_host == kEtherTypeArp) {
+                const auto* arp = at<rte_arp_hdr>(m, p.l3_offset);
+                learn_from_arp(in, *arp, arp->arp_data.arp_tip == ports_[in].cfg.addr);
+            }
+            rte_pktmbuf_free(m);
+            continue;
+        }
+        handle(m, in);
+    }
+    from_hand_off_ = false;
+    *handled += n;
+}
+
 bool Dataplane::owns_address(uint32_t ip) const {
     for (std::size_t i = 0; i < nports_; ++i)
         if (ports_[i].cfg.addr == ip) return true;
@@ -276,6 +414,12 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
         subnet_broadcast)
         return drop(m, in, DropReason::ipv4_bad_source);
     if (p.fragment) return drop(m, in, DropReason::ipv4_fragment);
+
+    // Another worker's packet goes to it; a packet handed to us is ours.
+    if (hand_out_ && !from_hand_off_ && owns_address(p.dst_ip)) {
+        if (const uint16_t w = owner_of(rte_pktmbuf_mtod(m, const uint8_t*), in, p); w != worker_.index)
+            return hand_off(m, in, w, kHandOffPacket);
+    }
 
     // The resolution service first: its port is never a mapping's nor a session's (the config keeps
     // it out of both), so the session lookup can be skipped for it.
@@ -433,7 +577,7 @@ void Dataplane::flush() {
         if (port.tx_len == 0) continue;
         uint64_t bytes = 0;
         for (uint16_t j = 0; j < port.tx_len; ++j) bytes += rte_pktmbuf_pkt_len(port.tx[j]);
-        const uint16_t sent = rte_eth_tx_burst(port.cfg.port_id, 0, port.tx, port.tx_len);
+        const uint16_t sent = rte_eth_tx_burst(port.cfg.port_id, queue_, port.tx, port.tx_len);
         for (uint16_t j = sent; j < port.tx_len; ++j) {
             bytes -= rte_pktmbuf_pkt_len(port.tx[j]);
             port.counters.drop(DropReason::tx_full);
@@ -581,7 +725,7 @@ void Dataplane::handle_roce(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
 }
 
 void Dataplane::punt(rte_mbuf* m, uint16_t in, Counter* kind) {
-    if (rings_.punt == nullptr || rte_ring_sp_enqueue(rings_.punt, m) != 0) return drop(m, in, DropReason::punt_ring_full);
+    if (rings_.punt == nullptr || rte_ring_enqueue(rings_.punt, m) != 0) return drop(m, in, DropReason::punt_ring_full);
     wake_pending_ = true;
     counters_.punted.add();
     if (kind != nullptr) kind->add();
@@ -609,7 +753,7 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
     int idx = -1;
     for (std::size_t i = 0; i < peers_.size(); ++i)
         if (peers_[i].cfg.addr == p.src_ip) idx = static_cast<int>(i);
-    if (idx < 0 || peers_[idx].cfg.party != msg.header.sender_party || msg.header.channel > 1)
+    if (idx < 0 || peers_[idx].cfg.party != msg.header.sender_party || msg.header.channel >= kPeerChannels)
         return drop(m, in, DropReason::resolve_unknown_peer);
     DpPeerState& peer = peers_[idx];
     ReplayWindow& window = peer.windows[msg.header.channel];
@@ -687,7 +831,7 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
     auto* ip = reinterpret_cast<rte_ipv4_hdr*>(data + sizeof(rte_ether_hdr));
     auto* msg = reinterpret_cast<uint8_t*>(ip) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);
     const Header h{type, peer >= 0 ? resolve_cfg_.resolver.party_id : uint16_t{0}, body_len,
-                   peer >= 0 ? seq_.next() : seq_or_id, 0};
+                   peer >= 0 ? seq_.next() : seq_or_id, peer >= 0 ? peer_channel_of_worker(worker_.index) : uint8_t{0}};
     MsgHeader wh;
     encode(h, wh);
     std::memcpy(msg, &wh, sizeof wh);
@@ -784,7 +928,7 @@ void Dataplane::learned(ProcessId key, const DmaAddress* record, uint16_t owner_
     if (record != nullptr) ev.record = *record;
     ev.owner_party = owner_party;
     ev.negative = record == nullptr ? 1 : 0;
-    if (rings_.events == nullptr || rte_ring_sp_enqueue_elem(rings_.events, &ev, sizeof ev) != 0)
+    if (rings_.events == nullptr || rte_ring_enqueue_elem(rings_.events, &ev, sizeof ev) != 0)
         return resolve_counters_.events_lost.add();
     wake_pending_ = true;
 }

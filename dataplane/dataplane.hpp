@@ -1,6 +1,7 @@
-// The data plane of one lcore: the run-to-completion loop (rx burst, parse, classify, act, tx)
-// over the gateway's ports, with the ARP/ICMP responder, neighbour resolution, and the rings to and
-// from the control threads. Never blocks, allocates (beyond mbufs), throws or takes a lock once running.
+// The data plane of one worker lcore: the run-to-completion loop (rx burst, parse, classify, act, tx)
+// over its queue of each of the gateway's ports, with the ARP/ICMP responder, neighbour resolution,
+// the hand-off between workers, and the rings to and from the control threads. Never blocks,
+// allocates (beyond mbufs), throws or takes a lock once running.
 #pragma once
 
 #include <rte_ether.h>
@@ -19,6 +20,7 @@
 #include "dataplane/resolver.hpp"
 #include "dataplane/roce.hpp"
 
+struct rte_arp_hdr;
 struct rte_ipv4_hdr;
 struct rte_mbuf;
 struct rte_mempool;
@@ -29,6 +31,9 @@ namespace fedgate {
 
 enum class PortRole : uint8_t { internal, external };
 
+// Data-plane workers a gateway runs at most (peer-message channels and query IDs carry the index).
+inline constexpr uint16_t kMaxWorkers = 16;
+
 // What the data plane needs to know about one port; addresses in network byte order.
 struct DpPortConfig {
     uint16_t port_id = 0;  // DPDK ethdev port
@@ -38,6 +43,7 @@ struct DpPortConfig {
     uint8_t prefix_len = 24;
     uint32_t next_hop = 0;  // 0: none (only the port's own subnet is reachable through it)
     std::vector<std::pair<uint32_t, MacAddr>> static_neighbours;  // configured ARP entries
+    bool rss = false;  // the device spreads flows over the workers' RX queues by a hash (RSS)
 };
 
 // A peer gateway as the lcore knows it: where its messages come from and the key they carry.
@@ -47,12 +53,17 @@ struct DpPeer {
     std::vector<uint8_t> key;
 };
 
-// A peer as the lcore checks its messages: its key, ready to use, and a replay window per sender
-// channel (0 its lcore, 1 its control threads).
+// Channels a peer gateway sends on, each with its own sequence: 0 its worker 0, 1 its control
+// threads, 1 + w its worker w >= 1.
+inline constexpr uint8_t kPeerChannels = 1 + kMaxWorkers;
+inline constexpr uint8_t peer_channel_of_worker(uint16_t w) { return static_cast<uint8_t>(w == 0 ? 0 : w + 1); }
+
+// A peer as a worker checks its messages: its key, ready to use, and a replay window per sender
+// channel.
 struct DpPeerState {
     DpPeer cfg;
     HmacKey key;
-    ReplayWindow windows[2];
+    ReplayWindow windows[kPeerChannels];
 };
 
 // A fresh peer table for `peers`: windows start at `start_seq` (our clock), so messages stamped
@@ -101,10 +112,13 @@ struct ControlWake {
 };
 
 // Rings between the lcore and the control threads. Both carry mbufs.
-//  punt:   lcore -> control, packets the control threads must see (echo replies to our pings, ...)
-//  inject: control -> lcore, IPv4 packets (no Ethernet header) the lcore routes, resolves and sends
-//  requests: control -> lcore, DpRequest pointers: questions only the lcore can answer (its tables)
-//  events: lcore -> control, ResolveEvent elements (not mbufs)
+//  punt:   lcore -> control, packets the control threads must see (echo replies to our pings, ...);
+//          multi-producer when several workers share it
+//  inject: control -> lcore, IPv4 packets (no Ethernet header) the lcore routes, resolves and sends;
+//          worker 0's only (null for the others)
+//  requests: control -> lcore, DpRequest pointers: questions only the lcore can answer (its tables);
+//          one ring per worker
+//  events: lcore -> control, ResolveEvent elements (not mbufs); multi-producer like punt
 // Punted resolution messages (registrations; peers' announce, withdraw, ack, sync) have passed the
 // lcore's checks: a peer message reaches the control threads only with a good MAC and fresh seq.
 struct DpRings {
@@ -145,6 +159,16 @@ struct DpShared {
     const RoceView* roce = nullptr;       // null: RoCE v2 is not carried (port 4791 is l4_unhandled)
 };
 
+// Where a Dataplane sits among the gateway's workers. Worker `index` polls RX/TX queue `index` of
+// every port. A packet that belongs to another worker (a session port from that worker's slice, a
+// flow another worker hashes to, the answer to another worker's query) goes there through the
+// other's hand-off ring: handoff[w] is worker w's in-ring (multi-producer, worker w its consumer).
+struct DpWorker {
+    uint16_t index = 0;
+    uint16_t count = 1;
+    std::vector<rte_ring*> handoff;  // count rings, or empty when count == 1
+};
+
 // Counters of the resolution service on the lcore, beyond the resolver's own.
 struct ResolveDpCounters {
     Counter client_msgs, peer_msgs, punted_registrations, punted_peer_msgs, punted_handshakes, replies_sent, queries_sent,
@@ -158,12 +182,13 @@ public:
     static constexpr uint32_t kTickMs = 50;  // neighbour timers run at this period
 
     Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>& ports, rte_mempool* pool, DpRings rings,
-              DpShared shared = {});
+              DpShared shared = {}, DpWorker worker = {});
     ~Dataplane();
     Dataplane(const Dataplane&) = delete;
     Dataplane& operator=(const Dataplane&) = delete;
 
-    // One pass over every port and the inject ring. Returns how many packets it handled.
+    // One pass over its queue of every port, its hand-off ring and the inject ring. Returns how many
+    // packets it handled.
     uint32_t poll_once();
     // The lcore main loop, until `quit` turns true. Idle back-off sleeps between empty polls.
     void run(const std::atomic<bool>& quit);
@@ -186,6 +211,12 @@ public:
     // Null when the resolution service is off.
     const Resolver* resolver() const { return resolver_.get(); }
     const ResolveDpCounters& resolve_counters() const { return resolve_counters_; }
+    uint16_t worker_index() const { return worker_.index; }
+
+    // The worker a packet to one of our addresses belongs to, by its headers (`p` parsed from
+    // `frame`): the session port's worker (ports p with p % count == w are worker w's), the worker
+    // whose query an answer is, or the flow's hash. Pure; any thread (tests check the steering).
+    uint16_t owner_of(const uint8_t* frame, uint16_t in, const ParsedPacket& p) const;
 
     // Fills in the IPv4 and UDP headers (checksums included) in front of a payload of `len` bytes
     // that is already in place after them. Addresses and ports network order. Any thread.
@@ -208,6 +239,13 @@ private:
 
     void handle(rte_mbuf* m, uint16_t in);
     void handle_arp(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
+    // Learns (or refreshes) the ARP sender as handle_arp does and sends what waited for it.
+    void learn_from_arp(uint16_t in, const rte_arp_hdr& arp, bool for_us);
+    // Hand-off between workers: the packet (as it arrived on port `in`) to worker `to`'s ring, in
+    // bursts at the end of the poll; a copy of an ARP packet to every other worker to learn from.
+    void hand_off(rte_mbuf* m, uint16_t in, uint16_t to, uint8_t kind);
+    void flush_hand_offs();
+    void take_hand_offs(uint32_t* handled);
     void handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_inject(rte_mbuf* m);
@@ -272,6 +310,17 @@ private:
     rte_mbuf* spare_ = nullptr;  // a request's mbuf, free for the reply send_message builds next
     bool wake_pending_ = false;  // this poll enqueued to punt or events
     ResolveDpCounters resolve_counters_;
+
+    // Workers.
+    DpWorker worker_;
+    uint16_t queue_ = 0;            // this worker's RX/TX queue on every port
+    uint16_t nat_lo_ = 0, nat_hi_ = 0;  // session ports (host order): their worker is port % count
+    bool from_hand_off_ = false;    // the packet being handled came from another worker
+    struct HandOffBuf {
+        uint16_t len = 0;
+        rte_mbuf* pkts[kBurst];
+    };
+    std::unique_ptr<HandOffBuf[]> hand_out_;  // one per worker (its own unused)
 };
 
 }  // namespace fedgate

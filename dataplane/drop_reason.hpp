@@ -48,6 +48,7 @@ namespace fedgate {
     X(neighbour_table_full, "neighbour table full")                                      \
     X(tx_full, "port TX queue full")                                                     \
     X(punt_ring_full, "ring to the control threads full")                                \
+    X(handoff_ring_full, "another worker's hand-off ring full")                          \
     X(inject_malformed, "packet from the control threads is not valid IPv4")            \
     X(resolve_malformed, "resolution message that does not parse (magic, version, type, length)") \
     X(resolve_wrong_port, "resolution message on the wrong side (client on external, peer on internal)") \

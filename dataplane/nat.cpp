@@ -48,7 +48,7 @@ void PortPool::give(uint16_t port_be) {
 Nat::Nat(const NatConfig& cfg, std::vector<NatPort> ports, const PortMapView* maps, RouteFn route, const void* route_ctx)
     : cfg_(cfg), ports_(std::move(ports)), maps_(maps), route_(route), route_ctx_(route_ctx), sessions_(cfg.max_sessions) {
     for (auto& by_proto : pools_)
-        for (auto& pool : by_proto) pool = PortPool(cfg.port_lo, cfg.port_hi);
+        for (auto& pool : by_proto) pool = PortPool(cfg.port_lo, cfg.port_hi, cfg.workers, cfg.worker);
 }
 
 int Nat::port_index(bool external) const {

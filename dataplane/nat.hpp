@@ -41,6 +41,7 @@ struct NatConfig {
     uint32_t max_sessions = 262144;
     uint16_t mss_clamp = 0;  // largest TCP MSS a SYN may announce across the gateway; 0: leave it
     uint16_t port_lo = 20000, port_hi = 59999;  // host order
+    uint16_t worker = 0, workers = 1;  // this NAT takes only the session ports p with p % workers == worker
     NatTimeouts timeouts;
 };
 

@@ -69,7 +69,8 @@ public:
     // A fresh window accepts any sequence number. `start_seq` > 0 makes it behave as if everything
     // up to and including start_seq had been seen: a receiver that starts with its own clock here
     // refuses replays of messages from before its restart.
-    explicit ReplayWindow(uint64_t start_seq = 0);
+    ReplayWindow() = default;
+    explicit ReplayWindow(uint64_t start_seq);
 
     // Checks in this order: future, stale, too_old, replayed. Does not change the window.
     ReplayVerdict check(uint64_t seq, uint64_t now_ns, uint64_t max_skew_ns) const;

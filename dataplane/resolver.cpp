@@ -9,6 +9,8 @@ namespace {
 
 constexpr unsigned kSlotBits = 20;  // query ID = generation << kSlotBits | slot
 constexpr uint64_t kSlotMask = (uint64_t{1} << kSlotBits) - 1;
+constexpr unsigned kTagShift = 56;  // ... with ResolverConfig::query_tag in the top byte
+constexpr uint64_t kGenSlotMask = (uint64_t{1} << kTagShift) - 1;
 constexpr uint32_t kRequesterBuckets = 1024;
 
 }  // namespace
@@ -159,7 +161,7 @@ void Resolver::request(const Requester& r, ProcessId target, uint64_t now_ms) {
     ++pending_count_;
     Pending& p = slots_[s];
     p.target = target;
-    p.query_id = (next_query_gen_++ << kSlotBits) | s;
+    p.query_id = uint64_t{cfg_.query_tag} << kTagShift | (((next_query_gen_++ << kSlotBits) | s) & kGenSlotMask);
     p.nwaiters = 1;
     p.waiters[0] = r;
     p.said_no = 0;

@@ -37,6 +37,7 @@ struct ResolverConfig {
     uint32_t requester_broadcast_rate = kDefaultRequesterBroadcastRate;
     uint32_t requester_broadcast_burst = kDefaultRequesterBroadcastBurst;
     std::vector<uint16_t> peer_parties;  // index = peer index used in ResolverIo::query
+    uint8_t query_tag = 0;  // the top byte of every query ID (the data-plane worker's index)
 };
 
 // Who asked: where the reply goes. `control` marks a request from this gateway's own control

@@ -6,7 +6,9 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 namespace fedgate {
 namespace {
@@ -29,12 +31,26 @@ bool find_port(const std::string& device, uint16_t* port_id) {
     return true;
 }
 
+// Socket-backed vdevs make their queues at attach time, from a devargs key: ask for one per worker
+// unless the operator already said how many.
+std::string devargs_for_queues(const std::string& device, uint16_t queues) {
+    if (queues <= 1) return device;
+    const std::string driver = device.substr(0, device.find(','));
+    const char* key = driver.starts_with("net_af_packet") ? "qpairs"
+                      : driver.starts_with("net_af_xdp")  ? "queue_count"
+                                                          : nullptr;
+    if (key == nullptr || device.find(std::string(",") + key + "=") != std::string::npos) return device;
+    return device + "," + key + "=" + std::to_string(queues);
+}
+
 }  // namespace
 
 PortHandle bring_up_port(const PortSetup& s, rte_mempool* pool) {
     PortHandle h;
+    h.queues = s.queues == 0 ? 1 : s.queues;
     if (!find_port(s.device, &h.port_id)) {
-        if (const int rc = rte_dev_probe(s.device.c_str()); rc < 0 && rc != -EEXIST) fail(s, "cannot attach", rc);
+        const std::string devargs = devargs_for_queues(s.device, h.queues);
+        if (const int rc = rte_dev_probe(devargs.c_str()); rc < 0 && rc != -EEXIST) fail(s, "cannot attach", rc);
         if (!find_port(s.device, &h.port_id)) fail(s, "attached, but no ethdev port appeared", ENODEV);
         h.attached_here = true;
     }
@@ -43,20 +59,39 @@ PortHandle bring_up_port(const PortSetup& s, rte_mempool* pool) {
     if (const int rc = rte_eth_dev_info_get(h.port_id, &info); rc != 0) fail(s, "cannot read device info", rc);
     h.driver = info.driver_name != nullptr ? info.driver_name : "?";
 
+    if (info.max_rx_queues < h.queues || info.max_tx_queues < h.queues) {
+        if (h.attached_here) close_port(h);
+        fail(s,
+             "has " + std::to_string(std::min(info.max_rx_queues, info.max_tx_queues)) + " queue pair(s), " +
+                 std::to_string(h.queues) + " workers need one each (a vdev's devargs set how many: qpairs= for " +
+                 "net_af_packet, queue_count= for net_af_xdp, several rx_pcap= for net_pcap)",
+             EINVAL);
+    }
+
     rte_eth_conf conf{};
     if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
         conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+    // RSS where the device hashes flows; elsewhere the data plane steers in software (hand-off).
+    const uint64_t rss_hf = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP);
+    if (h.queues > 1 && rss_hf != 0) {
+        conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+        conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        h.rss = true;
+    }
     try {
-        if (const int rc = rte_eth_dev_configure(h.port_id, 1, 1, &conf); rc != 0) fail(s, "cannot configure", rc);
+        if (const int rc = rte_eth_dev_configure(h.port_id, h.queues, h.queues, &conf); rc != 0)
+            fail(s, "cannot configure", rc);
         uint16_t rxd = s.rx_desc, txd = s.tx_desc;
         if (const int rc = rte_eth_dev_adjust_nb_rx_tx_desc(h.port_id, &rxd, &txd); rc != 0)
             fail(s, "cannot size the descriptor rings", rc);
         const int socket = rte_eth_dev_socket_id(h.port_id);
         const unsigned sock = socket < 0 ? 0 : static_cast<unsigned>(socket);
-        if (const int rc = rte_eth_rx_queue_setup(h.port_id, 0, rxd, sock, nullptr, pool); rc != 0)
-            fail(s, "cannot set up the RX queue", rc);
-        if (const int rc = rte_eth_tx_queue_setup(h.port_id, 0, txd, sock, nullptr); rc != 0)
-            fail(s, "cannot set up the TX queue", rc);
+        for (uint16_t q = 0; q < h.queues; ++q) {
+            if (const int rc = rte_eth_rx_queue_setup(h.port_id, q, rxd, sock, nullptr, pool); rc != 0)
+                fail(s, "cannot set up RX queue " + std::to_string(q), rc);
+            if (const int rc = rte_eth_tx_queue_setup(h.port_id, q, txd, sock, nullptr); rc != 0)
+                fail(s, "cannot set up TX queue " + std::to_string(q), rc);
+        }
         if (const int rc = rte_eth_macaddr_get(h.port_id, &h.mac); rc != 0) fail(s, "cannot read the MAC", rc);
         if (rte_is_zero_ether_addr(&h.mac)) {
             // Some vdevs (net_ring) have no MAC; a port that answers ARP needs one. Locally

@@ -21,6 +21,9 @@ struct PortSetup {
     std::string device;  // vdev devargs ("net_af_packet0,iface=eth1") or PCI address ("0000:03:00.0")
     uint16_t rx_desc = 1024;
     uint16_t tx_desc = 1024;
+    // RX/TX queue pairs, one per data-plane worker. Above 1, RSS spreads flows over the RX queues
+    // where the device can; net_af_packet/net_af_xdp devargs without qpairs=/queue_count= get it.
+    uint16_t queues = 1;
 };
 
 struct PortHandle {
@@ -28,6 +31,8 @@ struct PortHandle {
     rte_ether_addr mac{};
     std::string driver;
     bool attached_here = false;  // we probed it (and so detach it on close)
+    uint16_t queues = 1;
+    bool rss = false;  // the device spreads flows over the RX queues by an RSS hash (queues > 1)
 };
 
 struct LinkState {
@@ -36,8 +41,8 @@ struct LinkState {
     bool full_duplex = false;
 };
 
-// Attaches the device if the EAL has not already, then configures one RX and one TX queue on
-// `pool` and starts it. Throws PortError naming the port, the device and the cause.
+// Attaches the device if the EAL has not already, then configures `queues` RX and TX queues on
+// `pool` (RSS over the RX queues where the device has it) and starts it. Throws PortError naming the port, the device and the cause.
 PortHandle bring_up_port(const PortSetup& setup, rte_mempool* pool);
 // Stops and closes the port and detaches a device we attached. Safe to call on any handle once.
 void close_port(const PortHandle& port);

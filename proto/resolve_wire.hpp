@@ -132,7 +132,9 @@ struct MsgHeader {
     // Peer messages: the sender's anti-replay sequence (nanoseconds since the epoch, strictly
     // increasing per sender and channel). Client messages: the request ID the reply echoes.
     uint8_t seq[8];
-    uint8_t channel;  // peer messages: 0 data plane, 1 control threads (separate replay windows)
+    // Peer messages: which of the sender's threads stamped it, each with its own sequence and the
+    // receiver's own replay window: 0 data-plane worker 0, 1 control threads, 1 + w worker w >= 1.
+    uint8_t channel;
     uint8_t reserved[3];
 };
 #pragma pack(pop)

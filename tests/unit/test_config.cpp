@@ -376,7 +376,7 @@ TEST(ConfigErrors, ReachableTimeAboveTheDefaultStaleTime) {
 TEST(ConfigErrors, UnknownKeyInDataplane) {
     const std::string text = replaced(kGood, "mbufs = 4095\n", "mbufs = 4095\nmbuf_cache = 32\n");
     EXPECT_TRUE(rejects(text, "dataplane.mbuf_cache",
-                        "unknown key (known here: idle, idle_sleep_max_us, idle_polls_before_sleep, mbufs, neighbour_capacity, "
+                        "unknown key (known here: workers, idle, idle_sleep_max_us, idle_polls_before_sleep, mbufs, neighbour_capacity, "
                         "neighbour_reachable_s, neighbour_stale_s, arp_probe_interval_ms, arp_probes)",
                         line_of(text, "mbuf_cache")));
 }

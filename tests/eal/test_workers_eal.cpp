@@ -1,0 +1,293 @@
+// Two data-plane workers on net_ring ports with two queue pairs each (no RSS, as on the vdevs):
+// flows spread by the workers' own hash, a reply reaches the worker whose slice holds its session
+// port through the hand-off ring, every worker learns ARP, and the counters add up exactly.
+#include <gtest/gtest.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dataplane/dataplane.hpp"
+#include "drivers/port.hpp"
+#include "tests/support/nat_fixtures.hpp"
+
+namespace fedgate {
+namespace {
+
+using namespace fedgate::test;
+constexpr uint16_t kWorkers = 2;
+constexpr int kFlows = 64;
+
+const Mac kNodeMac{0x02, 0, 0, 0, 1, 0x0a}, kPeerMac{0x02, 0, 0, 0, 2, 0x01}, kOtherNodeMac{0x02, 0, 0, 0, 1, 0x0b};
+
+MacAddr mac_addr(const Mac& m) {
+    MacAddr a;
+    std::memcpy(a.data(), m.data(), 6);
+    return a;
+}
+
+Mac mac_of(const rte_ether_addr& a) {
+    Mac m;
+    std::memcpy(m.data(), a.addr_bytes, 6);
+    return m;
+}
+
+uint16_t be16_at(const std::vector<uint8_t>& f, std::size_t o) { return static_cast<uint16_t>(f[o] << 8 | f[o + 1]); }
+
+class WorkersTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        static int seq = 0;
+        const std::string tag = "w" + std::to_string(seq++);
+        pool_ = rte_pktmbuf_pool_create((tag + "pool").c_str(), 4095, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+        ASSERT_NE(pool_, nullptr);
+        for (int i = 0; i < 2; ++i) {
+            const std::string n = tag + "p" + std::to_string(i);
+            for (uint16_t q = 0; q < kWorkers; ++q) {
+                rx_[i][q] = rte_ring_create((n + "rx" + std::to_string(q)).c_str(), 512, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+                tx_[i][q] = rte_ring_create((n + "tx" + std::to_string(q)).c_str(), 512, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+            }
+            ASSERT_GE(rte_eth_from_rings(n.c_str(), rx_[i].data(), kWorkers, tx_[i].data(), kWorkers, 0), 0);
+            PortSetup setup{n, "net_ring_" + n};
+            setup.queues = kWorkers;
+            handles_[i] = bring_up_port(setup, pool_);
+            ASSERT_EQ(handles_[i].queues, kWorkers);
+            ASSERT_FALSE(handles_[i].rss);  // net_ring has no RSS: the workers steer in software
+        }
+        std::vector<DpPortConfig> pc(2);
+        pc[0] = {handles_[0].port_id, PortRole::internal, handles_[0].mac, net_addr(kInternalAddr), 24, 0,
+                 {{net_addr(kNode), mac_addr(kNodeMac)}}, false};
+        pc[1] = {handles_[1].port_id, PortRole::external, handles_[1].mac, net_addr(kExternalAddr), 24, 0,
+                 {{net_addr(kPeer), mac_addr(kPeerMac)}}, false};
+        import_.peer_addr = net_addr(kPeer);
+        import_.peer_port = htons(kPeerTcpPort);
+        maps_.publish(L4Proto::tcp, htons(kImportTcpPort), &import_);
+        punt_ = rte_ring_create((tag + "punt").c_str(), 256, 0, RING_F_SC_DEQ);
+        for (uint16_t w = 0; w < kWorkers; ++w) {
+            handoff_.push_back(rte_ring_create((tag + "ho" + std::to_string(w)).c_str(), 1024, 0, RING_F_SC_DEQ));
+            ASSERT_NE(handoff_.back(), nullptr);
+        }
+        for (uint16_t w = 0; w < kWorkers; ++w) {
+            DataplaneConfig cfg;
+            cfg.nat.worker = w;
+            cfg.nat.workers = kWorkers;
+            dps_[w] = std::make_unique<Dataplane>(cfg, pc, pool_, DpRings{punt_, nullptr, nullptr, nullptr, nullptr},
+                                                  DpShared{&maps_}, DpWorker{w, kWorkers, handoff_});
+        }
+        gw_in_ = mac_of(handles_[0].mac);
+        gw_ext_ = mac_of(handles_[1].mac);
+    }
+
+    void TearDown() override {
+        for (auto& dp : dps_) dp.reset();
+        for (int i = 0; i < 2; ++i) {
+            close_port(handles_[i]);
+            for (uint16_t q = 0; q < kWorkers; ++q) {
+                drain(rx_[i][q]);
+                drain(tx_[i][q]);
+                rte_ring_free(rx_[i][q]);
+                rte_ring_free(tx_[i][q]);
+            }
+        }
+        handoff_.push_back(punt_);
+        for (rte_ring* r : handoff_) {
+            drain(r);
+            rte_ring_free(r);
+        }
+        rte_mempool_free(pool_);
+    }
+
+    static void drain(rte_ring* r) {
+        void* m;
+        while (r != nullptr && rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+    }
+
+    void receive(int port, uint16_t queue, const std::vector<uint8_t>& frame) {
+        rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+        ASSERT_NE(m, nullptr);
+        std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(frame.size())), frame.data(), frame.size());
+        ASSERT_EQ(rte_ring_enqueue(rx_[port][queue], m), 0);
+    }
+
+    // Polls the workers in turn until a round finds nothing to do (hand-offs take a second round).
+    void settle() {
+        for (int round = 0; round < 16; ++round) {
+            uint32_t handled = 0;
+            for (auto& dp : dps_) handled += dp->poll_once();
+            if (handled == 0) return;
+        }
+        FAIL() << "the workers kept finding packets";
+    }
+
+    // What the port sent, per TX queue (= the worker that sent it).
+    std::array<std::vector<std::vector<uint8_t>>, kWorkers> sent(int port) {
+        std::array<std::vector<std::vector<uint8_t>>, kWorkers> out;
+        for (uint16_t q = 0; q < kWorkers; ++q) {
+            void* p;
+            while (rte_ring_dequeue(tx_[port][q], &p) == 0) {
+                auto* m = static_cast<rte_mbuf*>(p);
+                const auto* d = rte_pktmbuf_mtod(m, const uint8_t*);
+                out[q].emplace_back(d, d + rte_pktmbuf_data_len(m));
+                rte_pktmbuf_free(m);
+            }
+        }
+        return out;
+    }
+
+    uint64_t sum(int port, Counter PortCounters::*c) const {
+        uint64_t t = 0;
+        for (const auto& dp : dps_) t += (dp->port_counters(port).*c).get();
+        return t;
+    }
+
+    std::vector<uint8_t> syn(uint16_t sport) {
+        return PacketBuilder().eth(gw_in_, kNodeMac).ipv4(kNode, kInternalAddr, 64, 1).tcp(sport, kImportTcpPort, kSyn, 100).build();
+    }
+
+    rte_mempool* pool_ = nullptr;
+    std::array<std::array<rte_ring*, kWorkers>, 2> rx_{}, tx_{};
+    PortHandle handles_[2];
+    PortMapView maps_;
+    ImportRule import_;
+    rte_ring* punt_ = nullptr;
+    std::vector<rte_ring*> handoff_;
+    std::array<std::unique_ptr<Dataplane>, kWorkers> dps_;
+    Mac gw_in_{}, gw_ext_{};
+};
+
+TEST_F(WorkersTest, FlowsSpreadOverBothWorkersAndEachSessionPortComesFromItsWorkersSlice) {
+    for (int i = 0; i < kFlows; ++i) receive(0, 0, syn(static_cast<uint16_t>(41000 + i)));  // all on queue 0
+    settle();
+    const auto out = sent(1);
+    std::set<uint16_t> ports;
+    for (uint16_t q = 0; q < kWorkers; ++q) {
+        EXPECT_GT(out[q].size(), 0u) << "worker " << q << " opened no session: flows did not spread";
+        for (const auto& f : out[q]) {
+            const uint16_t sport = be16_at(f, 14 + 20);
+            EXPECT_EQ(sport % kWorkers, q) << "worker " << q << " sent with session port " << sport;
+            ports.insert(sport);
+        }
+    }
+    EXPECT_EQ(out[0].size() + out[1].size(), static_cast<std::size_t>(kFlows));
+    EXPECT_EQ(ports.size(), static_cast<std::size_t>(kFlows)) << "a session port was handed out twice";
+    EXPECT_EQ(dps_[0]->nat_counters().sessions_created.get() + dps_[1]->nat_counters().sessions_created.get(), static_cast<uint64_t>(kFlows));
+    EXPECT_EQ(dps_[1]->counters().handoffs_received.get(), dps_[0]->counters().handoffs_sent.get());
+    EXPECT_EQ(dps_[1]->counters().handoffs_received.get(), out[1].size());
+    // Counted once, by the worker that took them off the port.
+    EXPECT_EQ(sum(0, &PortCounters::rx_packets), static_cast<uint64_t>(kFlows));
+    EXPECT_EQ(dps_[1]->port_counters(0).rx_packets.get(), 0u);
+    EXPECT_EQ(sum(1, &PortCounters::tx_packets), static_cast<uint64_t>(kFlows));
+}
+
+TEST_F(WorkersTest, RepliesOnEitherQueueReachTheSessionsWorkerAndLaterPacketsKeepTheirSession) {
+    for (int i = 0; i < kFlows; ++i) receive(0, 0, syn(static_cast<uint16_t>(41000 + i)));
+    settle();
+    (void)sent(1);  // the SYNs; the data packets below say which session port each flow got
+    std::map<uint16_t, uint16_t> session_of_node_port;  // node port -> session port
+
+    // Data from each node flow, now arriving on queue 1: steered to the worker that holds it.
+    for (int i = 0; i < kFlows; ++i)
+        receive(0, 1,
+                PacketBuilder().eth(gw_in_, kNodeMac).ipv4(kNode, kInternalAddr, 64, 2)
+                    .tcp(static_cast<uint16_t>(41000 + i), kImportTcpPort, kAck, 101 + static_cast<uint32_t>(i)).build());
+    settle();
+    EXPECT_EQ(dps_[0]->nat_counters().sessions_created.get() + dps_[1]->nat_counters().sessions_created.get(), static_cast<uint64_t>(kFlows))
+        << "a later packet of a flow opened a second session";
+    std::vector<uint16_t> session_ports;
+    for (const auto& q : sent(1))
+        for (const auto& f : q) {
+            const uint32_t seq = static_cast<uint32_t>(f[38] << 24 | f[39] << 16 | f[40] << 8 | f[41]);
+            session_of_node_port[static_cast<uint16_t>(41000 + seq - 101)] = be16_at(f, 14 + 20);
+            session_ports.push_back(be16_at(f, 14 + 20));
+        }
+    ASSERT_EQ(session_of_node_port.size(), static_cast<std::size_t>(kFlows));
+
+    // The peer answers each flow, all on queue 0 of the external port: half belong to worker 1.
+    for (const auto& [node_port, session_port] : session_of_node_port)
+        receive(1, 0,
+                PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 3)
+                    .tcp(kPeerTcpPort, session_port, kAck, 5000 + node_port).build());
+    const uint64_t handed_before = dps_[0]->counters().handoffs_sent.get();
+    settle();
+    std::size_t back = 0;
+    const auto replies = sent(0);
+    for (uint16_t q = 0; q < kWorkers; ++q)
+        for (const auto& f : replies[q]) {
+            const uint16_t node_port = be16_at(f, 14 + 20 + 2);
+            const uint32_t seq = static_cast<uint32_t>(f[38] << 24 | f[39] << 16 | f[40] << 8 | f[41]);
+            EXPECT_EQ(seq, 5000u + node_port) << "a reply reached the wrong node port";
+            EXPECT_EQ(session_of_node_port.at(node_port) % kWorkers, q) << "sent by a worker that does not hold the session";
+            ++back;
+        }
+    EXPECT_EQ(back, static_cast<std::size_t>(kFlows));
+    std::size_t worker1_ports = 0;
+    for (const uint16_t p : session_ports) worker1_ports += p % kWorkers == 1;
+    EXPECT_EQ(dps_[0]->counters().handoffs_sent.get() - handed_before, worker1_ports);
+    EXPECT_EQ(sum(0, &PortCounters::tx_packets), static_cast<uint64_t>(kFlows));
+    EXPECT_EQ(sum(1, &PortCounters::rx_packets), static_cast<uint64_t>(kFlows));
+    uint64_t drops = 0;
+    for (const auto& dp : dps_)
+        for (int p = 0; p < 2; ++p) drops += dp->port_counters(p).total_drops();
+    EXPECT_EQ(drops, 0u);
+}
+
+TEST_F(WorkersTest, OwnerOfASessionPortIsItsSliceAndOfAFlowTheSameWorkerEveryTime) {
+    const auto frame = [&](uint16_t sport, uint16_t dport) {
+        return PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 3).tcp(sport, dport, kAck).build();
+    };
+    for (uint16_t port : {20000, 20001, 33333, 59999}) {
+        const auto f = frame(kPeerTcpPort, port);
+        ParsedPacket p;
+        ASSERT_EQ(parse_packet(f.data(), static_cast<uint32_t>(f.size()), p), DropReason::none);
+        for (const auto& dp : dps_) EXPECT_EQ(dp->owner_of(f.data(), 1, p), port % kWorkers) << port;
+    }
+    std::set<uint16_t> owners;
+    for (uint16_t sport = 1000; sport < 1064; ++sport) {
+        const auto f = frame(sport, kExportTcpPort);  // a mapped port: the flow's hash decides
+        ParsedPacket p;
+        ASSERT_EQ(parse_packet(f.data(), static_cast<uint32_t>(f.size()), p), DropReason::none);
+        const uint16_t o = dps_[0]->owner_of(f.data(), 1, p);
+        EXPECT_EQ(dps_[1]->owner_of(f.data(), 1, p), o);
+        owners.insert(o);
+    }
+    EXPECT_EQ(owners.size(), static_cast<std::size_t>(kWorkers)) << "64 flows all hashed to one worker";
+}
+
+TEST_F(WorkersTest, AnArpReplyTakenInByOneWorkerTeachesEveryWorker) {
+    receive(0, 1,
+            PacketBuilder().eth(gw_in_, kOtherNodeMac).arp(2, kOtherNodeMac, "198.18.1.11", gw_in_, kInternalAddr).build());
+    settle();
+    EXPECT_EQ(dps_[1]->counters().arp_copies_sent.get() + dps_[0]->counters().arp_copies_sent.get(), 1u);
+    EXPECT_EQ(dps_[0]->counters().neigh_learned.get(), 1u);
+    EXPECT_EQ(dps_[1]->counters().neigh_learned.get(), 1u);
+    EXPECT_EQ(sum(0, &PortCounters::rx_packets), 1u);
+}
+
+TEST_F(WorkersTest, AFullHandOffRingIsACountedDrop) {
+    // Worker 1 never polls: its ring (1024) fills, and the rest is dropped under its reason.
+    constexpr int kMany = 3000;
+    for (int round = 0; round < kMany / 400; ++round) {
+        for (int i = 0; i < 400; ++i)
+            receive(1, 0,
+                    PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 3)
+                        .tcp(kPeerTcpPort, 20001, kAck).build());  // session port of worker 1
+        while (dps_[0]->poll_once() != 0) {
+        }
+    }
+    const uint64_t handed = dps_[0]->counters().handoffs_sent.get();
+    const uint64_t full = dps_[0]->port_counters(1).drops[static_cast<std::size_t>(DropReason::handoff_ring_full)].get();
+    EXPECT_EQ(handed, rte_ring_count(handoff_[1]));
+    EXPECT_GT(full, 0u);
+    EXPECT_EQ(handed + full, static_cast<uint64_t>(kMany / 400 * 400));
+}
+
+}  // namespace
+}  // namespace fedgate
