@@ -63,12 +63,13 @@ private:
 
     nlohmann::ordered_json status() const;
     nlohmann::ordered_json stats() const;
+    // The data-plane workers, for the counter table to sum (counter_table.hpp).
+    std::vector<const Dataplane*> workers() const;
     nlohmann::ordered_json ping(const nlohmann::ordered_json& request);
     nlohmann::ordered_json session_list(const nlohmann::ordered_json& request);
     nlohmann::ordered_json resolve(const nlohmann::ordered_json& request);
     nlohmann::ordered_json dir(const nlohmann::ordered_json& request);
     nlohmann::ordered_json conn_list(const nlohmann::ordered_json& request);
-    nlohmann::ordered_json resolution_stats() const;
     nlohmann::ordered_json log_level(const nlohmann::ordered_json& request);
     void apply_log_config(const LogSettings& l);  // [log]: after the EAL has registered its types
     // `fedgatectl reload`: re-reads cfg_.source and applies its peers, mappings and log levels, or
