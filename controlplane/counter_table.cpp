@@ -351,6 +351,7 @@ std::size_t row_width(const CounterDesc& d, std::size_t ports) {
 }
 
 uint64_t CounterSnapshot::at(std::size_t row, std::size_t port, std::size_t index) const {
+    if (row >= table().size()) return 0;
     const CounterDesc& d = table()[row];
     const std::size_t per_port = d.dim == Dim::drop_reason ? kDropReasonCount : 1;
     const std::size_t i = (d.scope == Scope::port ? port : 0) * per_port + index;

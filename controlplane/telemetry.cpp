@@ -434,6 +434,7 @@ json sessions_reply(std::size_t offset, const TelemetryHandler& handler) {
     const std::size_t total = list.value("total", std::size_t{0});
     json head = {{"total", total}};
     head.update(table_rows(stats.value("nat", json::object()), "nat", false));
+    head.erase("sessions");  // the page's own key ("total" counts them)
     return page_reply(head, "sessions", list.value("sessions", json::array()), offset, total);
 }
 

@@ -121,14 +121,18 @@ protected:
     std::unique_ptr<ResolutionService> resolution_;
 };
 
-const json& at_path(const json& from, std::string_view section) {
+const json& member(const json& o, std::string_view key) {
     static const json missing;
+    if (!o.is_object()) return missing;
+    const auto it = o.find(key);
+    return it == o.end() ? missing : *it;
+}
+
+const json& at_path(const json& from, std::string_view section) {
     const json* o = &from;
     while (!section.empty()) {
         const std::size_t slash = section.find('/');
-        const std::string part(section.substr(0, slash));
-        if (!o->is_object() || !o->contains(part)) return missing;
-        o = &(*o)[part];
+        o = &member(*o, section.substr(0, slash));
         section = slash == std::string_view::npos ? std::string_view{} : section.substr(slash + 1);
     }
     return *o;
@@ -140,7 +144,7 @@ std::vector<const json*> holders(const CounterDesc& d, const json& reply) {
     if (d.scope == Scope::gateway) {
         out.push_back(&reply);
     } else {
-        const json& list = d.scope == Scope::port ? reply["ports"] : at_path(reply, "resolution/exchange/peers");
+        const json& list = d.scope == Scope::port ? member(reply, "ports") : at_path(reply, "resolution/exchange/peers");
         for (const json& e : list) out.push_back(&e);
     }
     return out;
@@ -154,20 +158,22 @@ std::string where(const CounterDesc& d) {
 
 TEST_F(CounterTableTest, EveryRowIsInItsReplyWithANumber) {
     const json st = stats(fake_worker(2, 1)), su = status(fake_worker(2, 1));
-    ASSERT_EQ(st["resolution"]["exchange"]["peers"].size(), 1u);  // so the peer rows are walked
+    ASSERT_EQ(at_path(st, "resolution/exchange/peers").size(), 1u);  // so the peer rows are walked
     for (const CounterDesc& d : counter_table()) {
         const json& reply = d.reply == Reply::stats ? st : su;
         const auto hs = holders(d, reply);
         ASSERT_FALSE(hs.empty()) << where(d);
         for (const json* h : hs) {
-            const json& v = at_path(*h, d.section)[std::string(d.key)];
+            const json& v = member(at_path(*h, d.section), d.key);
             if (d.dim == Dim::none) {
                 EXPECT_TRUE(v.is_number_unsigned()) << where(d) << " is " << v.dump();
                 continue;
             }
             ASSERT_TRUE(v.is_object()) << where(d) << " is " << v.dump();
             for (const auto& [k, x] : v.items()) EXPECT_TRUE(x.is_number_unsigned()) << where(d) << "/" << k;
-            if (d.dim == Dim::drop_reason) EXPECT_EQ(v.size(), kDropReasonCount) << where(d);  // no value is 0 here
+            if (d.dim == Dim::drop_reason) {
+                EXPECT_EQ(v.size(), kDropReasonCount) << where(d);  // no value is 0 here
+            }
         }
     }
 }
@@ -212,12 +218,13 @@ TEST_F(CounterTableTest, ResolveRowsOnlyWhileAWorkerRunsTheResolver) {
 }
 
 TEST_F(CounterTableTest, RepliesKeepTheirSectionOrder) {
+    const json st = stats(fake_worker(2, 1));
     std::vector<std::string> keys;
-    for (const auto& [k, v] : stats(fake_worker(2, 1)).items()) keys.push_back(k);
+    for (const auto& [k, v] : st.items()) keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"ports", "drops_by_reason", "arp", "icmp", "neighbour", "loop", "nat", "maps",
                                               "control", "resolution"}));
     keys.clear();
-    for (const auto& [k, v] : stats(fake_worker(2, 1))["resolution"].items()) keys.push_back(k);
+    for (const auto& [k, v] : st["resolution"].items()) keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"directory", "cache", "exchange", "handshakes", "auto_mappings", "roce",
                                               "resolve"}));
 }
@@ -251,8 +258,8 @@ TEST(CounterTable, RowsOfOneFamilyAgreeAndNoTwoRowsShareAPlace) {
         EXPECT_TRUE(places.insert(where(d)).second) << where(d) << " twice";
         EXPECT_FALSE(d.key.empty());
         EXPECT_FALSE(d.help.empty()) << where(d);
-        if (d.source == Source::worker) EXPECT_NE(d.worker, nullptr) << where(d);
-        if (d.source == Source::gateway) EXPECT_NE(d.gateway, nullptr) << where(d);
+        EXPECT_EQ(d.source == Source::worker, d.worker != nullptr) << where(d);
+        EXPECT_EQ(d.source == Source::gateway, d.gateway != nullptr) << where(d);
         if (d.family.empty()) continue;
         EXPECT_TRUE(std::regex_match(std::string(d.family), name)) << d.family;
         EXPECT_FALSE(d.family.ends_with("_total")) << d.family << ": the renderer adds _total to counters";
