@@ -33,6 +33,7 @@
 #include "controlplane/pinger.hpp"
 #include "controlplane/auto_mapping.hpp"
 #include "controlplane/capture.hpp"
+#include "controlplane/counter_table.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/reload.hpp"
 #include "controlplane/resolution.hpp"
@@ -500,12 +501,14 @@ nlohmann::ordered_json Gateway::status() const {
             {"next_hop", pc.next_hop ? nlohmann::ordered_json(format_ipv4(*pc.next_hop)) : nlohmann::ordered_json(nullptr)},
             {"mac", mac_str(ports_[i].mac)},
             {"link", {{"up", link.up}, {"speed_mbps", link.speed_mbps}, {"duplex", link.full_duplex ? "full" : "half"}}},
-            {"neighbours", dps_[0]->neighbour_entries(i)},
         });
     }
     nlohmann::ordered_json peers = nlohmann::ordered_json::array();
     for (const PeerConfig& p : live()->peers)
         peers.push_back({{"party", p.party}, {"party_id", p.party_id}, {"address", format_ipv4(p.address)}});
+    // Each port's counters ("neighbours") from the counter table.
+    nlohmann::ordered_json counted = {{"ports", std::move(ports)}};
+    write_counters(counted, Reply::status, sum_workers(workers()), GatewayReadings{});
     const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     return {
         {"party", cfg_.party},
@@ -516,89 +519,31 @@ nlohmann::ordered_json Gateway::status() const {
         {"dataplane_lcores", dp_lcores_},
         {"workers", dps_.size()},
         {"idle", cfg_.dataplane.idle_spin ? "spin" : "backoff"},
-        {"ports", ports},
+        {"ports", std::move(counted["ports"])},
         {"peers", peers},
     };
 }
 
+// Every counter comes from the counter table (counter_table.hpp): the workers summed there, the
+// gateway's own readings here, the control threads' sections as their services report them.
 nlohmann::ordered_json Gateway::stats() const {
+    const std::vector<const Dataplane*> w = workers();
+    const CounterSnapshot sum = sum_workers(w);
+    GatewayReadings g;
     nlohmann::ordered_json ports = nlohmann::ordered_json::array();
-    uint64_t totals[kDropReasonCount] = {};
     for (std::size_t i = 0; i < ports_.size(); ++i) {
-        const PortCounters& c = dps_[0]->port_counters(i);
-        nlohmann::ordered_json reasons = nlohmann::ordered_json::object();
-        for (std::size_t r = 0; r < kDropReasonCount; ++r) {
-            const uint64_t v = c.drops[r].get();
-            totals[r] += v;
-            if (v != 0) reasons[std::string(kDropReasonNames[r])] = v;
-        }
         rte_eth_stats hw{};
         rte_eth_stats_get(ports_[i].port_id, &hw);
-        ports.push_back({
-            {"name", cfg_.ports[i].name},
-            {"rx_packets", c.rx_packets.get()},
-            {"rx_bytes", c.rx_bytes.get()},
-            {"tx_packets", c.tx_packets.get()},
-            {"tx_bytes", c.tx_bytes.get()},
-            {"drops", c.total_drops()},
-            {"drops_by_reason", reasons},
-            {"hw",
-             {{"ipackets", hw.ipackets},
-              {"opackets", hw.opackets},
-              {"ibytes", hw.ibytes},
-              {"obytes", hw.obytes},
-              {"imissed", hw.imissed},
-              {"ierrors", hw.ierrors},
-              {"oerrors", hw.oerrors},
-              {"rx_nombuf", hw.rx_nombuf}}},
-        });
+        g.devices.push_back({hw.ipackets, hw.opackets, hw.ibytes, hw.obytes, hw.imissed, hw.ierrors, hw.oerrors, hw.rx_nombuf});
+        ports.push_back({{"name", cfg_.ports[i].name}});
     }
-    nlohmann::ordered_json drops = nlohmann::ordered_json::object();
-    for (std::size_t r = 0; r < kDropReasonCount; ++r) drops[std::string(kDropReasonNames[r])] = totals[r];
-    const LcoreCounters& l = dps_[0]->counters();
-    const NatCounters& nat = dps_[0]->nat_counters();
-    // Session ports: on the external address for imports, on the internal one for exports.
-    nlohmann::ordered_json pools = nlohmann::ordered_json::object();
-    for (const auto& [name, pool] : {std::pair{"external", Nat::Pool::external}, std::pair{"internal", Nat::Pool::internal}})
-        for (const auto& [pname, proto] : {std::pair{"tcp", L4Proto::tcp}, std::pair{"udp", L4Proto::udp}}) {
-            const uint64_t size = dps_[0]->pool_size(pool, proto), free = dps_[0]->pool_free(pool, proto);
-            pools[std::string(name) + "_" + pname] = {{"used", size - std::min(size, free)}, {"free", free}};
-        }
-    return {
-        {"ports", ports},
-        {"drops_by_reason", drops},
-        {"arp",
-         {{"requests_sent", l.arp_requests_sent.get()},
-          {"requests_received", l.arp_requests_received.get()},
-          {"replies_sent", l.arp_replies_sent.get()},
-          {"replies_received", l.arp_replies_received.get()}}},
-        {"icmp", {{"echo_requests_received", l.echo_requests_received.get()}, {"echo_replies_sent", l.echo_replies_sent.get()}}},
-        {"neighbour",
-         {{"entries", dps_[0]->neighbour_entries()},
-          {"learned", l.neigh_learned.get()},
-          {"expired", l.neigh_expired.get()},
-          {"failed", l.neigh_failed.get()},
-          {"unresolved_drops", totals[static_cast<std::size_t>(DropReason::neighbour_unresolved)]}}},
-        {"loop", {{"polls", l.polls.get()}, {"busy_polls", l.busy_polls.get()}, {"idle_sleeps", l.idle_sleeps.get()}}},
-        {"nat",
-         {{"sessions", dps_[0]->session_count()},
-          {"created", nat.sessions_created.get()},
-          {"expired", nat.sessions_expired.get()},
-          {"refused_full", nat.sessions_refused_full.get()},
-          {"port_alloc_miss", nat.port_alloc_miss.get()},
-          {"translated", nat.translated.get()},
-          {"icmp_errors_translated", nat.icmp_errors_translated.get()},
-          {"mss_clamped", nat.mss_clamped.get()},
-          {"max_sessions", cfg_.nat.max_sessions},
-          {"port_pools", pools}}},
-        {"maps", {{"imports", table_->import_count()}, {"exports", table_->export_count()}}},
-        {"control",
-         {{"punted", l.punted.get()},
-          {"injected", l.injected.get()},
-          {"wakeups", l.control_wakeups.get()},
-          {"unmatched_echo_replies", pinger_->unmatched_replies()}}},
-        {"resolution", resolution_stats()},
-    };
+    g.imports = table_->import_count();
+    g.exports = table_->export_count();
+    g.unmatched_echo_replies = pinger_->unmatched_replies();
+    g.max_sessions = cfg_.nat.max_sessions;
+    nlohmann::ordered_json j = {{"ports", std::move(ports)}};
+    write_counters(j, Reply::stats, sum, g, {{"resolution", resolution_->stats()}});
+    return j;
 }
 
 // A listing's "limit": 1..kMaxListed, 1000 when absent.
@@ -725,42 +670,6 @@ nlohmann::ordered_json Gateway::dir(const nlohmann::ordered_json& req) {
 
 nlohmann::ordered_json Gateway::conn_list(const nlohmann::ordered_json& req) {
     return resolution_->conn_list(limit_arg(req), now_ms());
-}
-
-nlohmann::ordered_json Gateway::resolution_stats() const {
-    nlohmann::ordered_json j = resolution_->stats();
-    if (const Resolver* r = dps_[0]->resolver(); r != nullptr) {
-        const ResolverCounters& c = r->counters();
-        const ResolveDpCounters& d = dps_[0]->resolve_counters();
-        j["resolve"] = {{"requests", c.requests.get()},
-                        {"hits", c.hits.get()},
-                        {"misses", c.misses.get()},
-                        {"folded", c.folded.get()},
-                        {"directed", c.directed.get()},
-                        {"broadcast", c.broadcast.get()},
-                        {"answered", c.answered.get()},
-                        {"not_found", c.not_found.get()},
-                        {"timed_out", c.timed_out.get()},
-                        {"negative", c.negative_hits.get()},
-                        {"refused", c.refused_rate.get() + c.refused_busy.get() + c.bad_requests.get()},
-                        {"refused_rate", c.refused_rate.get()},
-                        {"refused_busy", c.refused_busy.get()},
-                        {"bad_requests", c.bad_requests.get()},
-                        {"pending", r->pending()},
-                        {"answers_unmatched", c.answers_unmatched.get()},
-                        {"peer_queries_found", c.queries_answered_found.get()},
-                        {"peer_queries_not_here", c.queries_answered_no.get()},
-                        {"client_msgs", d.client_msgs.get()},
-                        {"punted_registrations", d.punted_registrations.get()},
-                        {"punted_peer_msgs", d.punted_peer_msgs.get()},
-                        {"punted_handshakes", d.punted_handshakes.get()},
-                        {"peer_msgs", d.peer_msgs.get()},
-                        {"replies_sent", d.replies_sent.get()},
-                        {"queries_sent", d.queries_sent.get()},
-                        {"answers_sent", d.answers_sent.get()},
-                        {"events_lost", d.events_lost.get()}};
-    }
-    return j;
 }
 
 // {"type": NAME or GLOB, "level": NAME}: every matching registered type, or nothing when none match.

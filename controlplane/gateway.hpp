@@ -63,12 +63,13 @@ private:
 
     nlohmann::ordered_json status() const;
     nlohmann::ordered_json stats() const;
+    // The data-plane workers, for the counter table to sum (counter_table.hpp).
+    std::vector<const Dataplane*> workers() const;
     nlohmann::ordered_json ping(const nlohmann::ordered_json& request);
     nlohmann::ordered_json session_list(const nlohmann::ordered_json& request);
     nlohmann::ordered_json resolve(const nlohmann::ordered_json& request);
     nlohmann::ordered_json dir(const nlohmann::ordered_json& request);
     nlohmann::ordered_json conn_list(const nlohmann::ordered_json& request);
-    nlohmann::ordered_json resolution_stats() const;
     nlohmann::ordered_json log_level(const nlohmann::ordered_json& request);
     void apply_log_config(const LogSettings& l);  // [log]: after the EAL has registered its types
     // `fedgatectl reload`: re-reads cfg_.source and applies its peers, mappings and log levels, or
@@ -80,8 +81,6 @@ private:
     // Hands `r` to worker `w` and waits until it is done; throws MgmtError if it takes too long.
     std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout,
                                          std::size_t w = 0);
-    // The data-plane workers, for reading their counters.
-    std::vector<const Dataplane*> workers() const;
     // Picks the lcores of [dataplane] workers from the EAL's; throws naming the setting when short.
     void pick_lcores();
     // One resolution datagram from our resolution port, routed like any packet the control threads send.

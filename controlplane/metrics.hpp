@@ -14,8 +14,9 @@
 namespace fedgate {
 
 // The `stats` and `status` management replies (Gateway::stats(), Gateway::status()) as exposition
-// text: `# HELP` and `# TYPE` once per family, counters named *_total, gauges not, ports, drop
-// reasons and peers as labels. Pure: a missing section or counter is left out, never an error.
+// text: one family per row of the counter table (counter_table.hpp) beside the status's info gauges;
+// `# HELP` and `# TYPE` once per family, counters named *_total, gauges not, ports, drop reasons and
+// peers as labels. Pure: a missing section or counter is left out, never an error.
 std::string render_prometheus(const nlohmann::ordered_json& stats, const nlohmann::ordered_json& status);
 
 // A label value escaped as the exposition format asks: backslash, double quote and newline.

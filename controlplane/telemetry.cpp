@@ -14,6 +14,7 @@
 #include <shared_mutex>
 #include <string>
 
+#include "controlplane/counter_table.hpp"
 #include "controlplane/gateway.hpp"  // kMaxListed: the most one listing returns
 #include "controlplane/log.hpp"
 
@@ -335,6 +336,20 @@ json pick(const json& from, std::initializer_list<const char*> keys) {
     return out;
 }
 
+// The table's one-number rows of `section` (counter_table.hpp) that `from` (that section) holds, in
+// table order; `gauges`: only its gauges with a family (the counts, not the sums of them).
+json table_rows(const json& from, std::string_view section, bool gauges) {
+    json out = json::object();
+    if (!from.is_object()) return out;
+    for (const CounterDesc& d : counter_table()) {
+        if (d.reply != Reply::stats || d.scope != Scope::gateway || d.dim != Dim::none || d.section != section) continue;
+        if (gauges && (d.type != MetricType::gauge || d.family.empty())) continue;
+        const std::string k(d.key);
+        if (from.contains(k)) out[k] = from[k];
+    }
+    return out;
+}
+
 std::string key_list(const json& o) {
     std::string s;
     for (const auto& [k, v] : o.items()) s += (s.empty() ? "" : ", ") + k;
@@ -418,7 +433,8 @@ json sessions_reply(std::size_t offset, const TelemetryHandler& handler) {
     const json stats = handler({{"cmd", "stats"}});
     const std::size_t total = list.value("total", std::size_t{0});
     json head = {{"total", total}};
-    head.update(pick(stats.value("nat", json::object()), {"max_sessions", "created", "expired", "refused_full"}));
+    head.update(table_rows(stats.value("nat", json::object()), "nat", false));
+    head.erase("sessions");  // the page's own key ("total" counts them)
     return page_reply(head, "sessions", list.value("sessions", json::array()), offset, total);
 }
 
@@ -428,7 +444,7 @@ json dir_reply(std::size_t offset, const TelemetryHandler& handler) {
     const std::size_t total = list.value("total", std::size_t{0});
     json head = {{"total", total}};
     const json cache = stats.value("resolution", json::object()).value("cache", json::object());
-    head.update(pick(cache, {"local", "announced", "answered", "negative", "capacity"}));
+    head.update(table_rows(cache, "resolution/cache", true));
     return page_reply(head, "entries", list.value("entries", json::array()), offset, total);
 }
 

@@ -534,15 +534,33 @@ void print_drop_reasons(std::ostream& out, const Json& r, const Json& ports) {
     t.print(out);
 }
 
+// The port table's columns: these first under short headings, then any other number a port
+// entry holds under its own key, so a counter the daemon adds shows up without a CLI change.
+constexpr std::pair<const char*, const char*> kPortColumns[] = {
+    {"rx_packets", "rx pkts"}, {"rx_bytes", "rx bytes"}, {"tx_packets", "tx pkts"}, {"tx_bytes", "tx bytes"},
+    {"drops", "drops"}};
+
 void print_stats(std::ostream& out, const Json& r) {
     const Json& ports = member(r, "ports");
+    std::vector<std::pair<std::string, std::string>> columns(std::begin(kPortColumns), std::end(kPortColumns));
+    if (ports.is_array())
+        for (const auto& p : ports)
+            for (const auto& el : p.items())
+                if (el.value().is_number() &&
+                    std::none_of(columns.begin(), columns.end(), [&](const auto& c) { return c.first == el.key(); }))
+                    columns.emplace_back(el.key(), el.key());
     Table traffic(true);
-    traffic.row({"port", "rx pkts", "rx bytes", "tx pkts", "tx bytes", "drops"});
+    std::vector<std::string> head{"port"};
+    for (const auto& c : columns)
+        head.push_back(c.second);
+    traffic.row(std::move(head));
     std::vector<std::string> hw_keys;
     if (ports.is_array())
         for (const auto& p : ports) {
-            traffic.row({field(p, "name"), field(p, "rx_packets"), field(p, "rx_bytes"), field(p, "tx_packets"),
-                         field(p, "tx_bytes"), field(p, "drops")});
+            std::vector<std::string> row{field(p, "name")};
+            for (const auto& c : columns)
+                row.push_back(field(p, c.first.c_str()));
+            traffic.row(std::move(row));
             const Json& hw = member(p, "hw");
             if (hw.is_object())
                 for (const auto& el : hw.items())

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "controlplane/counter_table.hpp"
 #include "dataplane/dataplane.hpp"
 #include "dataplane/peer_auth.hpp"
 #include "dataplane/resolve_cache.hpp"
@@ -443,6 +444,82 @@ TEST_F(DataplaneTest, MalformedInjectedPacketIsDroppedNotSent) {
 }
 
 // A pcap file in, a pcap file out: the net_pcap vdev comes up through rte_dev_probe like any other.
+// Two data planes, each on its own pair of net_ring ports as two workers with their own queues
+// are: the counter table adds them up exactly, takes "once" rows from the first, and the stats JSON
+// it writes holds the sums.
+TEST_F(DataplaneTest, TwoWorkersAreSummedExactlyByTheCounterTable) {
+    RingPort second[2];
+    for (int i = 0; i < 2; ++i) {
+        const std::string n = "w2p" + std::to_string(i);
+        second[i].rx = rte_ring_create((n + "rx").c_str(), 256, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+        second[i].tx = rte_ring_create((n + "tx").c_str(), 256, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+        ASSERT_NE(second[i].rx, nullptr);
+        ASSERT_GE(rte_eth_from_rings(n.c_str(), &second[i].rx, 1, &second[i].tx, 1, 0), 0);
+        second[i].handle = bring_up_port(PortSetup{n, "net_ring_" + n}, g_pool);
+    }
+    std::vector<DpPortConfig> pc(2);
+    pc[0] = {second[0].handle.port_id, PortRole::internal, second[0].handle.mac, be(kInternalIp), 24, 0, {}};
+    pc[1] = {second[1].handle.port_id, PortRole::external, second[1].handle.mac, be(kExternalIp), 24, be("198.19.0.254"), {}};
+    auto b = std::make_unique<Dataplane>(DataplaneConfig{}, pc, g_pool, DpRings{});
+    const auto arp = [&](int n) {
+        return PacketBuilder().eth(test::kBroadcast, kNode).arp(1, kNode, ("198.18.1." + std::to_string(10 + n)).c_str(), {}, kInternalIp).build();
+    };
+
+    // Worker a: two ARP requests and a runt on the internal port, an echo request on the external one.
+    receive(0, arp(0));
+    receive(0, arp(1));
+    receive(0, {1, 2, 3, 4, 5});
+    receive(1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4("198.19.0.2", kExternalIp).icmp(8, 0, 1, 1).payload(8).build());
+    EXPECT_EQ(dp_->poll_once(), 4u);
+    // Worker b: three ARP requests inside, two runts outside.
+    for (int i = 2; i < 5; ++i) EXPECT_EQ(rte_ring_enqueue(second[0].rx, mbuf_of(arp(i))), 0);
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(rte_ring_enqueue(second[1].rx, mbuf_of({1, 2, 3, 4, 5})), 0);
+    EXPECT_EQ(b->poll_once(), 5u);
+
+    const std::vector<const Dataplane*> workers{dp_.get(), b.get()};
+    const CounterSnapshot sum = sum_workers(workers);
+    nlohmann::ordered_json j = {{"ports", nlohmann::ordered_json::array({{{"name", "in"}}, {{"name", "out"}}})}};
+    write_counters(j, Reply::stats, sum, GatewayReadings{});
+    EXPECT_EQ(j["ports"][0]["rx_packets"], 6);
+    EXPECT_EQ(j["ports"][0]["tx_packets"], 5);
+    EXPECT_EQ(j["ports"][1]["rx_packets"], 3);
+    EXPECT_EQ(j["ports"][1]["tx_packets"], 1);
+    EXPECT_EQ(j["ports"][0]["drops"], 1);
+    EXPECT_EQ(j["ports"][1]["drops"], 2);
+    EXPECT_EQ(j["ports"][0]["drops_by_reason"], nlohmann::ordered_json({{"eth_truncated", 1}}));  // non-zero only
+    EXPECT_EQ(j["ports"][1]["drops_by_reason"], nlohmann::ordered_json({{"eth_truncated", 2}}));
+    EXPECT_EQ(j["drops_by_reason"]["eth_truncated"], 3);
+    EXPECT_EQ(j["drops_by_reason"]["no_route"], 0);
+    EXPECT_EQ(j["arp"]["requests_received"], 5);
+    EXPECT_EQ(j["arp"]["replies_sent"], 5);
+    EXPECT_EQ(j["icmp"]["echo_requests_received"], 1);
+    EXPECT_EQ(j["icmp"]["echo_replies_sent"], 1);
+    EXPECT_EQ(j["loop"]["polls"], dp_->counters().polls.get() + b->counters().polls.get());
+    EXPECT_GE(j["loop"]["polls"].get<uint64_t>(), 2u);
+    EXPECT_EQ(j["neighbour"]["learned"], dp_->counters().neigh_learned.get() + b->counters().neigh_learned.get());
+    // Pools are slices of one range per worker: used and free add up.
+    EXPECT_EQ(j["nat"]["port_pools"]["external_tcp"]["free"],
+              dp_->pool_free(Nat::Pool::external, L4Proto::tcp) + b->pool_free(Nat::Pool::external, L4Proto::tcp));
+    // Taken once: the first worker's neighbour table stands for all.
+    EXPECT_EQ(j["neighbour"]["entries"], dp_->neighbour_entries());
+    EXPECT_FALSE(j.contains("resolution"));  // no worker runs the resolver
+    // One worker alone is itself.
+    const std::vector<const Dataplane*> only_b{b.get()};
+    nlohmann::ordered_json jb = {{"ports", nlohmann::ordered_json::array({{{"name", "in"}}, {{"name", "out"}}})}};
+    write_counters(jb, Reply::stats, sum_workers(only_b), GatewayReadings{});
+    EXPECT_EQ(jb["ports"][0]["rx_packets"], 3);
+    EXPECT_EQ(jb["arp"]["requests_received"], 3);
+
+    b.reset();
+    for (auto& p : second) {
+        close_port(p.handle);
+        drain(p.tx);
+        drain(p.rx);
+        rte_ring_free(p.rx);
+        rte_ring_free(p.tx);
+    }
+}
+
 TEST(DataplanePcap, ArpRequestFromAPcapFileIsAnsweredIntoAPcapFile) {
     const auto dir = std::filesystem::temp_directory_path() / ("fgpcap" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);

@@ -46,7 +46,7 @@ class WorkersTest : public ::testing::Test {
 protected:
     void SetUp() override {
         static int seq = 0;
-        const std::string tag = "w" + std::to_string(seq++);
+        const std::string tag = "wk" + std::to_string(seq++);
         pool_ = rte_pktmbuf_pool_create((tag + "pool").c_str(), 4095, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
         ASSERT_NE(pool_, nullptr);
         for (int i = 0; i < 2; ++i) {

@@ -418,6 +418,19 @@ TEST(FedgatectlOutput, StatsWithNoDropsSaysNone) {
     EXPECT_EQ(r.out, "port  rx pkts  rx bytes  tx pkts  tx bytes  drops\n\ndrops by reason  none\n");
 }
 
+TEST(FedgatectlOutput, AnotherNumberOfAPortIsAColumnOfItsOwn) {
+    FakeDaemon daemon;
+    daemon.answer(R"({"ok":true,"result":{"ports":[{"name":"internal","rx_packets":1,"rx_bytes":2,"tx_packets":3,)"
+                  R"("tx_bytes":4,"drops":0,"handed_off":7}],"drops_by_reason":{}}})");
+    CtlResult r = ctl({"--socket", daemon.path(), "stats"});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.out,
+              "port      rx pkts  rx bytes  tx pkts  tx bytes  drops  handed_off\n"
+              "internal        1         2        3         4      0           7\n"
+              "\n"
+              "drops by reason  none\n");
+}
+
 TEST(FedgatectlOutput, StatsJsonPrintsResultWithTwoSpaceIndent) {
     FakeDaemon daemon;
     daemon.answer(kStatsReply);
