@@ -112,6 +112,8 @@ Environment:
   FEDGATE_TOPO_PREFIX   default prefix
   FEDGATE_TOPO_PARTIES  default number of parties
   FEDGATE_TOPO_STATE    state root (absolute); else \$STATE; else $DEFAULT_STATE_ROOT
+  FEDGATE_TOPO_WORKERS  data-plane workers of every gateway (default 1); above 1 the EAL
+                        gets --lcores with the workers floating over all CPUs
 
 Gateway configs: A (alpha) runs EAL with -l 0,1 (data plane on worker lcore
 1), B (beta) and C (gamma) with -l 1 (data plane on the main lcore); file
@@ -142,6 +144,8 @@ note() { echo "$PROG: $*" >&2; }
 ORIG_ARGS=("$@")
 PREFIX=${FEDGATE_TOPO_PREFIX:-fg}
 PARTIES=${FEDGATE_TOPO_PARTIES:-2}
+WORKERS=${FEDGATE_TOPO_WORKERS:-1}
+[[ $WORKERS =~ ^([1-9]|1[0-6])$ ]] || { echo "topo.sh: FEDGATE_TOPO_WORKERS must be 1..16, not '$WORKERS'" >&2; exit 2; }
 CMD=
 while (($#)); do
     case $1 in
@@ -352,7 +356,14 @@ write_conf() {
     local file=$1 party=$2 id=$3 tag=$4 core=$5 in_if=$6 in_addr=$7 ext_if=$8 ext_addr=$9
     shift 9
     (($# >= 4 && $# % 4 == 0)) || die "write_conf: peers must come as (party id address key) groups"
-    local tmp=$file.tmp.$$
+    local tmp=$file.tmp.$$ lcores
+    # Several workers: each its own lcore, all of them free to run on any CPU (a 2-CPU machine runs
+    # two gateways with two workers each).
+    if ((WORKERS == 1)); then
+        lcores="\"-l\", \"$core\""
+    else
+        lcores="\"--lcores\", \"0@0,(1-$WORKERS)@(0-$(($(nproc) - 1)))\""
+    fi
     {
     cat <<EOF
 # fedgate gateway config for party $party — written by tools/topo.sh
@@ -365,10 +376,11 @@ socket = "$STATE_DIR/$tag.sock"
 state_dir = "$STATE_DIR/$tag-state"
 
 [eal]
-args = ["-l", "$core", "--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--file-prefix", "$PREFIX-$tag", "--log-level", "lib.eal:warning"]
+args = [$lcores, "--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--file-prefix", "$PREFIX-$tag", "--log-level", "lib.eal:warning"]
 
 [dataplane]
 idle = "backoff"
+workers = $WORKERS
 
 [[port]]
 name = "internal"

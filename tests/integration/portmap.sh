@@ -121,6 +121,23 @@ check "iperf3 UDP delivered with under 5% loss" eq "$(python3 -c '
 import json,sys; r=json.load(open(sys.argv[1]))["end"]["sum"]
 print(r["bytes"] > 1_000_000 and r["lost_percent"] < 5)' "$WORK/udp.json")" "True"
 
+# --- several data-plane workers (FEDGATE_TOPO_WORKERS, ctest integration_portmap_workers) ---
+workers=${FEDGATE_TOPO_WORKERS:-1}
+if ((workers > 1)); then
+    check "A and B each run $workers workers" eq "$(jget a status "r['workers']") $(jget b status "r['workers']")" "$workers $workers"
+    # Sessions were opened by every worker (flows spread) and replies reached them through the
+    # hand-off ring (af_packet's fanout does not hash as the workers do).
+    for gw in a b; do
+        check "gateway ${gw^^}'s workers passed packets to each other" eq "$(jget $gw stats \
+            "r['loop']['handoffs_sent'] > 0 and r['loop']['handoffs_received'] > 0")" "True"
+        check "gateway ${gw^^} counted no hand-off ring as full" eq "$(drops $gw handoff_ring_full)" 0
+    done
+    for i in $(seq 20); do fetch 8081 >/dev/null; done
+    check "A's sessions came from every worker's port slice" eq "$(lab_ctl a session list --json | python3 -c '
+import json,sys; r=json.load(sys.stdin)
+print(sorted({int(s["out"]["src"].split(":")[1]) % '"$workers"' for s in r["sessions"]}))')" "$(python3 -c "print(list(range($workers)))")"
+fi
+
 # --- an ICMP error about a session goes back to the node that sent the original ---
 lab_ctl a map add import --cluster c6 --proto udp --port 5300 --peer beta --peer-port 15300 >/dev/null
 lab_ctl b map add export --cluster c6 --proto udp --port 15300 --node 198.18.2.10:5399 >/dev/null
