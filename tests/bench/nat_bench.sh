@@ -28,7 +28,7 @@
 # with the monotonic clock as it arrives, so a late block on a loaded machine does not inflate it.
 #
 # usage: nat_bench.sh BUILD_DIR [SECONDS]     (root; about 3 x SECONDS + start-up per N)
-#        nat_bench.sh BUILD_DIR --smoke       (CI: 1024 flows, 3 s each, no hugepages; checks all forwarded)
+#        nat_bench.sh BUILD_DIR --smoke       (CI: 1024 flows, 4 s each, no hugepages; checks all forwarded)
 #   NAT_BENCH_FLOWS="1024 65536 1048576"   flow counts
 #   NAT_BENCH_TP_MBUF_SIZE=2176            testpmd's --mbuf-size (fedgated's mbufs are 2176 bytes)
 #   NAT_BENCH_HUGE=1                       0: --no-huge even where hugepages could be reserved
@@ -38,7 +38,7 @@ SMOKE=0
 if [[ ${2:-} == --smoke ]]; then
     source "$(dirname "$0")/smoke.sh"
     bench_smoke_guard "$BUILD" "EAL"
-    SMOKE=1 SECS=3 FLOWS=1024 HUGE=0
+    SMOKE=1 SECS=4 FLOWS=1024 HUGE=0
 else
     SECS=${2:-10}
     FLOWS=${NAT_BENCH_FLOWS:-1024 65536 1048576}
@@ -209,7 +209,7 @@ for line in sys.stdin:
     PIDS+=($!)
     # Loading the file into mbufs takes a while for large N: time from the first stats block.
     for _ in $(seq 3000); do
-        grep -q 'NIC statistics for port 1' "$WORK/testpmd-$mode.log" && break
+        grep -qs 'NIC statistics for port 1' "$WORK/testpmd-$mode.log" && break
         kill -0 "${PIDS[0]}" 2>/dev/null || break
         sleep 0.1
     done
