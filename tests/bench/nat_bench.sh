@@ -28,7 +28,7 @@
 # with the monotonic clock as it arrives, so a late block on a loaded machine does not inflate it.
 #
 # usage: nat_bench.sh BUILD_DIR [SECONDS]     (root; about 3 x SECONDS + start-up per N)
-#        nat_bench.sh BUILD_DIR --smoke       (CI: 1024 flows, 4 s each, no hugepages; checks all forwarded)
+#        nat_bench.sh BUILD_DIR --smoke       (CI: 1024 flows, 5 s each, no hugepages; checks all forwarded)
 #   NAT_BENCH_FLOWS="1024 65536 1048576"   flow counts
 #   NAT_BENCH_TP_MBUF_SIZE=2176            testpmd's --mbuf-size (fedgated's mbufs are 2176 bytes)
 #   NAT_BENCH_HUGE=1                       0: --no-huge even where hugepages could be reserved
@@ -38,7 +38,7 @@ SMOKE=0
 if [[ ${2:-} == --smoke ]]; then
     source "$(dirname "$0")/smoke.sh"
     bench_smoke_guard "$BUILD" "EAL"
-    SMOKE=1 SECS=4 FLOWS=1024 HUGE=0
+    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0
 else
     SECS=${2:-10}
     FLOWS=${NAT_BENCH_FLOWS:-1024 65536 1048576}
@@ -214,6 +214,12 @@ for line in sys.stdin:
         sleep 0.1
     done
     sleep "$SECS"
+    # On a loaded machine testpmd's 1 s stats period stretches: wait for the four blocks the rate needs.
+    for _ in $(seq 300); do
+        (($(grep -cs 'NIC statistics for port 1' "$WORK/testpmd-$mode.log") >= 4)) && break
+        kill -0 "${PIDS[0]}" 2>/dev/null || break
+        sleep 0.1
+    done
     stop_all
     # testpmd prints port 1's cumulative TX-packets about once a second: rate = growth after the
     # first two blocks (warm-up) over the time between their stamps.
@@ -224,7 +230,7 @@ for line in sys.stdin:
                "$WORK/testpmd-$mode.log")
     if [[ $pps == 0 ]]; then
         echo "nat_bench: testpmd $mode measured nothing for N=$N; its log:" >&2
-        tail -20 "$WORK/testpmd-$mode.log" >&2
+        grep -E "TX-packets|statistics for port|rror" "$WORK/testpmd-$mode.log" | head -20 >&2; tail -5 "$WORK/testpmd-$mode.log" >&2
     fi
     rm -rf "/var/run/dpdk/$TP_PREFIX"
     TP_PPS=$pps
