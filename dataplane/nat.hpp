@@ -56,12 +56,11 @@ struct NatConfig {
     uint32_t max_sessions = 262144;
     uint16_t mss_clamp = 0;  // largest TCP MSS a SYN may announce across the gateway; 0: leave it
     uint16_t port_lo = 20000, port_hi = 59999;  // host order
-    uint16_t worker = 0, workers = 1;  // this NAT takes only the session ports p with p % workers == worker
-    NatTimeouts timeouts;
     // This NAT is worker `worker` of `workers`: its session ports are those p (host order) of
     // [port_lo, port_hi] with p % workers == worker, so a reply's destination port names the worker
     // that owns its session (Nat::port_owner).
     uint16_t worker = 0, workers = 1;
+    NatTimeouts timeouts;
 };
 
 // One gateway port as the NAT sees it; addresses network order.
