@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "dataplane/checksum.hpp"
 
@@ -16,17 +18,27 @@ namespace {
 
 constexpr uint8_t kTcpFin = 0x01, kTcpSyn = 0x02, kTcpRst = 0x04, kTcpAck = 0x10;
 enum SessionKind : uint8_t { kImport = 0, kExport = 1 };
-// Mapped ports met while allocating go to the back of the pool; a run this long is still crossed.
-constexpr int kPortTries = 1024;
+// Ports looked at per allocation, in each of the two rounds (free ports, then shared ones): a run
+// of mapped ports this long is still crossed.
+constexpr uint32_t kPortTries = 1024;
 
 L4Proto l4_of(uint8_t ip_proto) { return ip_proto == kIpProtoTcp ? L4Proto::tcp : L4Proto::udp; }
 
 }  // namespace
 
-PortPool::PortPool(uint16_t lo, uint16_t hi, uint16_t stride, uint16_t offset) {
+PortPool::PortPool(uint16_t lo, uint16_t hi, uint16_t stride, uint16_t offset) : stride_(stride == 0 ? 1 : stride) {
     for (uint32_t p = lo; p <= hi; ++p)
-        if (p % stride == offset) ring_.push_back(rte_cpu_to_be_16(static_cast<uint16_t>(p)));
+        if (p % stride_ == offset) ring_.push_back(rte_cpu_to_be_16(static_cast<uint16_t>(p)));
+    first_ = ring_.empty() ? 0 : rte_be_to_cpu_16(ring_[0]);
+    uses_.assign(ring_.size(), 0);
     count_ = static_cast<uint32_t>(ring_.size());
+}
+
+int PortPool::slot(uint16_t port_be) const {
+    const uint16_t p = rte_be_to_cpu_16(port_be);
+    if (ring_.empty() || p < first_ || (p - first_) % stride_ != 0) return -1;
+    const uint32_t i = static_cast<uint32_t>(p - first_) / stride_;
+    return i < uses_.size() ? static_cast<int>(i) : -1;
 }
 
 bool PortPool::take(uint16_t* port_be) {
@@ -34,19 +46,45 @@ bool PortPool::take(uint16_t* port_be) {
     *port_be = ring_[head_];
     head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
     --count_;
+    uses_[static_cast<uint32_t>(slot(*port_be))] = 1;  // the FIFO holds only ports of the slice with no session
+    ++sessions_;
     return true;
 }
 
+bool PortPool::next_shared(uint16_t* port_be) {
+    if (uses_.empty()) return false;
+    *port_be = rte_cpu_to_be_16(static_cast<uint16_t>(first_ + cursor_ * stride_));
+    cursor_ = cursor_ + 1 == uses_.size() ? 0 : cursor_ + 1;
+    return true;
+}
+
+void PortPool::share(uint16_t port_be) {
+    const int i = slot(port_be);
+    if (i < 0 || uses_[static_cast<uint32_t>(i)] == 0) return;  // a free port is taken from the FIFO, not shared
+    ++uses_[static_cast<uint32_t>(i)];
+    ++sessions_;
+}
+
 void PortPool::give(uint16_t port_be) {
-    if (count_ == ring_.size()) return;  // not ours to take back
+    const int i = slot(port_be);
+    if (i < 0 || uses_[static_cast<uint32_t>(i)] == 0) return;  // not ours to take back
+    --sessions_;
+    if (--uses_[static_cast<uint32_t>(i)] != 0) return;
     uint32_t tail = head_ + count_;
     if (tail >= ring_.size()) tail -= static_cast<uint32_t>(ring_.size());
     ring_[tail] = port_be;
     ++count_;
 }
 
+uint32_t PortPool::uses(uint16_t port_be) const {
+    const int i = slot(port_be);
+    return i < 0 ? 0 : uses_[static_cast<uint32_t>(i)];
+}
+
 Nat::Nat(const NatConfig& cfg, std::vector<NatPort> ports, const PortMapView* maps, RouteFn route, const void* route_ctx)
     : cfg_(cfg), ports_(std::move(ports)), maps_(maps), route_(route), route_ctx_(route_ctx), sessions_(cfg.max_sessions) {
+    if (cfg.workers == 0 || cfg.worker >= cfg.workers)
+        throw std::invalid_argument("nat: worker " + std::to_string(cfg.worker) + " of " + std::to_string(cfg.workers));
     for (auto& by_proto : pools_)
         for (auto& pool : by_proto) pool = PortPool(cfg.port_lo, cfg.port_hi, cfg.workers, cfg.worker);
 }
@@ -222,30 +260,52 @@ Session* Nat::open_export(const FlowKey& k, uint16_t in_port, const ExportRule& 
     return open(k, out, in_port, back_hop, Pool::internal, kExport, now_ms, why);
 }
 
+bool Nat::alloc_port(Pool pool, L4Proto proto, const FlowKey& reverse, uint16_t* sport) {
+    PortPool& ports = pools_[static_cast<int>(pool)][static_cast<int>(proto)];
+    // A session port must not be one that a mapping serves on the same address (exports use the
+    // external address, imports the internal one), and the reply key it makes must be new.
+    const auto usable = [&](uint16_t p) {
+        const bool mapped = pool == Pool::external ? maps_->export_rule(proto, p) != nullptr
+                                                   : maps_->import_rule(proto, p) != nullptr;
+        FlowKey r = reverse;
+        r.dport = p;
+        return !mapped && !sessions_.contains(r);
+    };
+    // First a port with no session yet. One that cannot serve goes to the back of the FIFO (a mapping
+    // may go away later); a bounded number of tries crosses a run of mapped ports.
+    uint16_t p = 0;
+    const uint32_t fresh_tries = std::min<uint32_t>(kPortTries, ports.free_count());
+    for (uint32_t t = 0; t < fresh_tries && ports.take(&p); ++t) {
+        if (usable(p)) {
+            *sport = p;
+            return true;
+        }
+        ports.give(p);
+    }
+    // Then endpoint-dependent sharing: a port that has sessions, none of them with this reply key.
+    const uint32_t shared_tries = std::min<uint32_t>(kPortTries, ports.size());
+    for (uint32_t t = 0; t < shared_tries && ports.next_shared(&p); ++t) {
+        if (ports.uses(p) != 0 && usable(p)) {
+            ports.share(p);
+            *sport = p;
+            return true;
+        }
+    }
+    return false;
+}
+
 Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port, uint32_t reply_hop, Pool pool,
                    uint8_t kind, uint64_t now_ms, DropReason* why) {
     const L4Proto proto = l4_of(k.proto);
     PortPool& ports = pools_[static_cast<int>(pool)][static_cast<int>(proto)];
-    // A session port must not be one that a mapping serves on the same address: exports use the
-    // external address, imports the internal one. Such a port goes to the back of the pool (it may
-    // be unmapped later); a few tries bound the work.
+    FlowKey reverse{out.dst, out.src, out.dport, 0, k.proto, {0, 0, 0}};
     uint16_t sport = 0;
-    bool got = false;
-    for (int tries = 0; tries < kPortTries && ports.take(&sport); ++tries) {
-        const bool mapped = pool == Pool::external ? maps_->export_rule(proto, sport) != nullptr
-                                                   : maps_->import_rule(proto, sport) != nullptr;
-        if (!mapped) {
-            got = true;
-            break;
-        }
-        ports.give(sport);
-    }
-    if (!got) {
+    if (!alloc_port(pool, proto, reverse, &sport)) {
         counters_.port_alloc_miss.add();
         *why = DropReason::nat_ports_exhausted;
         return nullptr;
     }
-    const FlowKey reverse{out.dst, out.src, out.dport, sport, k.proto, {0, 0, 0}};
+    reverse.dport = sport;
     Session* s = sessions_.insert(k, reverse);
     if (s == nullptr) {
         ports.give(sport);

@@ -14,20 +14,35 @@
 
 namespace fedgate {
 
-// Free ports of one (address, protocol): FIFO, so a port just released is the last to be reused.
+// Session ports of one (address, protocol) on one worker: the worker's slice of [lo, hi], the ports
+// p with p % stride == offset. Ports are shared endpoint-dependently (NAT44-ED): one port serves any
+// number of sessions as long as their reply keys differ (towards different remote addresses or
+// ports); the NAT checks that against its session table. The pool counts each port's sessions.
+// Ports without a session are handed out first, FIFO, so a port just released is the last to be
+// reused; once none is left, shared() offers the slice's ports round robin.
 class PortPool {
 public:
     PortPool() = default;
-    // Ports lo..hi (host order) whose index matches this lcore's share: p % stride == offset.
     PortPool(uint16_t lo, uint16_t hi, uint16_t stride = 1, uint16_t offset = 0);
-    bool take(uint16_t* port_be);   // network order out
-    void give(uint16_t port_be);
-    uint32_t free_count() const { return count_; }
-    uint32_t size() const { return static_cast<uint32_t>(ring_.size()); }
+    bool take(uint16_t* port_be);  // a port with no session (network order out); it now has one
+    // The next port of the slice in round-robin order, for a session to share (network order).
+    // False for an empty slice.
+    bool next_shared(uint16_t* port_be);
+    void share(uint16_t port_be);  // one more session on a port that has one or more
+    void give(uint16_t port_be);   // one session less; a port left with none goes to the FIFO's back
+    uint32_t uses(uint16_t port_be) const;  // sessions on the port (0 for a port not in the slice)
+    uint32_t free_count() const { return count_; }  // ports with no session
+    uint32_t size() const { return static_cast<uint32_t>(ring_.size()); }  // ports in the slice
+    uint32_t sessions() const { return sessions_; }  // sessions holding a port of this pool
 
 private:
-    std::vector<uint16_t> ring_;  // network order
-    uint32_t head_ = 0, count_ = 0;
+    int slot(uint16_t port_be) const;  // index of the port in the slice, or -1
+
+    std::vector<uint16_t> ring_;   // free ports, network order (FIFO)
+    std::vector<uint32_t> uses_;   // sessions per port, by index in the slice
+    uint32_t head_ = 0, count_ = 0, sessions_ = 0;
+    uint32_t cursor_ = 0;          // next_shared()'s position in the slice
+    uint16_t first_ = 0, stride_ = 1;
 };
 
 struct NatTimeouts {
@@ -41,7 +56,10 @@ struct NatConfig {
     uint32_t max_sessions = 262144;
     uint16_t mss_clamp = 0;  // largest TCP MSS a SYN may announce across the gateway; 0: leave it
     uint16_t port_lo = 20000, port_hi = 59999;  // host order
-    uint16_t worker = 0, workers = 1;  // this NAT takes only the session ports p with p % workers == worker
+    // This NAT is worker `worker` of `workers`: its session ports are those p (host order) of
+    // [port_lo, port_hi] with p % workers == worker, so a reply's destination port names the worker
+    // that owns its session (Nat::port_owner).
+    uint16_t worker = 0, workers = 1;
     NatTimeouts timeouts;
 };
 
@@ -92,6 +110,11 @@ public:
     const PortPool& pool(Pool p, L4Proto proto) const { return pools_[static_cast<int>(p)][static_cast<int>(proto)]; }
     uint32_t session_count() const { return sessions_.size(); }
 
+    // The worker that owns the session a session port (host order) belongs to, among `workers`.
+    static uint16_t port_owner(uint16_t port_host_order, uint16_t workers) {
+        return workers <= 1 ? 0 : static_cast<uint16_t>(port_host_order % workers);
+    }
+
     // The rewrite a session applies to packets matching `key` to become `rw`: fills the deltas.
     static void prepare(const FlowKey& key, NatRewrite& rw);
     // Applies `rw` to an IPv4 packet with its TCP/UDP header at l3 + ihl; decrements the TTL.
@@ -105,6 +128,7 @@ private:
     Session* open_export(const FlowKey& k, uint16_t in_port, const ExportRule& r, uint64_t now_ms, DropReason* why);
     Session* open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port, uint32_t reply_hop, Pool pool,
                   uint8_t kind, uint64_t now_ms, DropReason* why);
+    bool alloc_port(Pool pool, L4Proto proto, const FlowKey& reverse, uint16_t* sport);
     void track(Session& s, uint8_t dir, const uint8_t* l4, uint8_t proto, uint64_t now_ms);
     int port_index(bool external) const;
 

@@ -4,8 +4,12 @@
 
 #include <rte_hash_crc.h>
 
+#include <sys/mman.h>
+
 #include <bit>
+#include <cstdlib>
 #include <functional>
+#include <new>
 #include <stdexcept>
 
 namespace fedgate {
@@ -15,19 +19,34 @@ namespace {
 constexpr uint32_t kMaxSessions = 16u << 20;
 constexpr uint32_t kHashSeed = 0x5e55'10f5;
 
+constexpr std::size_t kHugePage = 2u << 20;
+
 }  // namespace
+
+void* allocate_table_memory(std::size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    const std::size_t align = bytes >= kHugePage ? kHugePage : 64;
+    const std::size_t size = (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, size);
+    if (p == nullptr) throw std::bad_alloc();
+    // Only a hint: where transparent huge pages are off, this fails and 4 KB pages serve.
+    if (align == kHugePage) (void)madvise(p, size, MADV_HUGEPAGE);
+    return p;
+}
+
+void release_table_memory(void* p) { std::free(p); }
 
 SessionTable::SessionTable(uint32_t max_sessions) {
     if (max_sessions == 0) throw std::invalid_argument("session table: max_sessions must be positive");
     if (max_sessions > kMaxSessions) throw std::invalid_argument("session table: max_sessions above 16M");
-    pool_.resize(max_sessions);
+    pool_ = FixedArray<Session>(max_sessions);
     free_.resize(max_sessions);
     // Popped from the back: hand out index 0 first so a fresh table fills in pool order.
     for (uint32_t i = 0; i < max_sessions; ++i) free_[i] = max_sessions - 1 - i;
     // Two keys per session at a load of at most 3/4, so a probe always meets an empty slot.
     const uint64_t keys = 2ull * max_sessions;
     const uint64_t slots = std::bit_ceil(keys + (keys + 2) / 3);
-    slots_.resize(slots);
+    slots_ = FixedArray<Slot>(slots);
     mask_ = static_cast<uint32_t>(slots - 1);
 }
 
@@ -47,37 +66,34 @@ uint32_t SessionTable::hash_of(const FlowKey& k) {
     return h;
 }
 
-SessionTable::Hit SessionTable::find(const FlowKey& k) {
-    const uint32_t h = hash_of(k);
-    for (uint32_t i = h & mask_;; i = (i + 1) & mask_) {
-        const Slot& s = slots_[i];
-        if (s.ref == kEmpty) return {};
-        if (s.hash == h) {
-            Session& sess = pool_[s.ref >> 1];
-            if (sess.key[s.ref & 1] == k) return {&sess, static_cast<uint8_t>(s.ref & 1)};
-        }
-    }
+uint32_t SessionTable::slot_of(const FlowKey& k, uint32_t h) const {
+    uint32_t i = h & mask_;
+    for (; slots_[i].ref != kEmpty; i = (i + 1) & mask_)
+        if (slots_[i].hash == h && slots_[i].key == k) break;
+    return i;
 }
+
+SessionTable::Hit SessionTable::find(const FlowKey& k) {
+    const Slot& s = slots_[slot_of(k, hash_of(k))];
+    if (s.ref == kEmpty) return {};
+    return {&pool_[s.ref >> 1], static_cast<uint8_t>(s.ref & 1)};
+}
+
+bool SessionTable::contains(const FlowKey& k) const { return slots_[slot_of(k, hash_of(k))].ref != kEmpty; }
 
 bool SessionTable::index(const FlowKey& k, uint32_t ref) {
     const uint32_t h = hash_of(k);
-    uint32_t i = h & mask_;
-    for (; slots_[i].ref != kEmpty; i = (i + 1) & mask_) {
-        const Slot& s = slots_[i];
-        if (s.hash == h && pool_[s.ref >> 1].key[s.ref & 1] == k) return false;
-    }
-    slots_[i] = {h, ref};
+    Slot& s = slots_[slot_of(k, h)];
+    if (s.ref != kEmpty) return false;
+    s = {k, h, ref};
+    s.key.pad[0] = s.key.pad[1] = s.key.pad[2] = 0;
     return true;
 }
 
 void SessionTable::unindex(const FlowKey& k) {
     const uint32_t h = hash_of(k);
-    uint32_t hole = h & mask_;
-    for (;; hole = (hole + 1) & mask_) {
-        const Slot& s = slots_[hole];
-        if (s.ref == kEmpty) return;  // not indexed
-        if (s.hash == h && pool_[s.ref >> 1].key[s.ref & 1] == k) break;
-    }
+    uint32_t hole = slot_of(k, h);
+    if (slots_[hole].ref == kEmpty) return;  // not indexed
     slots_[hole] = Slot{};
     // Shift later members of the probe chain back so lookups never stop at the hole early.
     for (uint32_t j = (hole + 1) & mask_; slots_[j].ref != kEmpty; j = (j + 1) & mask_) {

@@ -3,7 +3,11 @@
 // allocation only at construction; no EAL needed (unit tests use it directly).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace fedgate {
@@ -34,19 +38,65 @@ struct NatRewrite {
     uint16_t l4_delta = 0;          // ... to the TCP/UDP checksum (pseudo-header and ports)
 };
 
-struct Session {
-    FlowKey key[2];      // [0]: the direction that opened it; [1]: the replies
+// One cache line holds everything a packet of either direction reads or writes once its key has
+// matched in the index (which keeps its own copy of the key): both rewrites (the other direction's
+// out_port is the port a packet must arrive on), the idle clock and the TCP state. The second line
+// holds what only creation, expiry and listings need.
+struct alignas(64) Session {
     NatRewrite rw[2];    // applied to packets matching key[0] / key[1]
     uint64_t last_seen_ms = 0;
     uint32_t timeout_ms = 0;  // idle timeout now in force (by protocol and TCP state)
-    uint16_t alloc_port = 0;  // the port this session took from a pool (network order), 0 if none
-    uint8_t alloc_pool = 0;   // which pool it came from (the NAT's own numbering)
-    uint8_t kind = 0;         // the NAT's own tag (import or export)
     uint8_t tcp_fin = 0;      // bit d: FIN seen from direction d
     bool tcp_rst = false;
     bool replied = false;     // a packet has come back (direction 1): the flow is established
     bool in_use = false;
+    // -- cold: creation, expiry, listings --
+    FlowKey key[2];           // [0]: the direction that opened it; [1]: the replies
+    uint16_t alloc_port = 0;  // the port this session took from a pool (network order), 0 if none
+    uint8_t alloc_pool = 0;   // which pool it came from (the NAT's own numbering)
+    uint8_t kind = 0;         // the NAT's own tag (import or export)
 };
+static_assert(sizeof(NatRewrite) == 24);
+static_assert(offsetof(Session, key) == 64, "the hot fields fill exactly the first cache line");
+static_assert(sizeof(Session) == 128);
+
+// A fixed array of value-initialised T, allocated once. Large ones are 2 MB aligned and advised to
+// transparent huge pages before their first touch: a million sessions are 128 MB (and their index
+// 96 MB) that lookups reach at random, and 4 KB pages would add a TLB miss to most of them.
+template <typename T>
+class FixedArray {
+public:
+    FixedArray() = default;
+    explicit FixedArray(std::size_t n) : p_(static_cast<T*>(allocate(n * sizeof(T)))), n_(n) {
+        for (std::size_t i = 0; i < n; ++i) new (p_ + i) T();
+    }
+    FixedArray(FixedArray&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+    FixedArray& operator=(FixedArray&& o) noexcept {
+        std::swap(p_, o.p_);
+        std::swap(n_, o.n_);
+        return *this;
+    }
+    ~FixedArray() { release(p_); }
+    T& operator[](std::size_t i) { return p_[i]; }
+    const T& operator[](std::size_t i) const { return p_[i]; }
+    T* data() { return p_; }
+    const T* data() const { return p_; }
+    std::size_t size() const { return n_; }
+
+private:
+    static_assert(std::is_trivially_destructible_v<T>);
+    static void* allocate(std::size_t bytes);  // throws std::bad_alloc
+    static void release(void* p);
+    T* p_ = nullptr;
+    std::size_t n_ = 0;
+};
+
+void* allocate_table_memory(std::size_t bytes);
+void release_table_memory(void* p);
+template <typename T>
+void* FixedArray<T>::allocate(std::size_t bytes) { return allocate_table_memory(bytes); }
+template <typename T>
+void FixedArray<T>::release(void* p) { release_table_memory(p); }
 
 class SessionTable {
 public:
@@ -58,6 +108,7 @@ public:
     explicit SessionTable(uint32_t max_sessions);
 
     Hit find(const FlowKey& k);
+    bool contains(const FlowKey& k) const;
     // Makes a session indexed under both keys, with in_use set and everything else zeroed, or
     // returns null when the table is full or either key is already indexed (nothing changes then).
     Session* insert(const FlowKey& forward, const FlowKey& reverse);
@@ -78,19 +129,24 @@ public:
     uint32_t capacity() const { return static_cast<uint32_t>(pool_.size()); }
 
 private:
+    // The key is kept in the slot, so a lookup compares it without touching the session; the
+    // session is read only on a match (its hot line).
     struct Slot {
+        FlowKey key;
         uint32_t hash = 0;
         uint32_t ref = kEmpty;  // session index << 1 | direction
     };
+    static_assert(sizeof(Slot) == 24);
     static constexpr uint32_t kEmpty = UINT32_MAX;
 
     static uint32_t hash_of(const FlowKey& k);
+    uint32_t slot_of(const FlowKey& k, uint32_t h) const;  // the slot holding k, or the empty slot ending its chain
     bool index(const FlowKey& k, uint32_t ref);
     void unindex(const FlowKey& k);
 
-    std::vector<Session> pool_;
+    FixedArray<Session> pool_;
     std::vector<uint32_t> free_;  // stack of free pool indices
-    std::vector<Slot> slots_;     // open addressing, linear probing, backward-shift deletion
+    FixedArray<Slot> slots_;      // open addressing, linear probing, backward-shift deletion
     uint32_t mask_ = 0;
     uint32_t used_ = 0;
     uint32_t cursor_ = 0;         // where the next sweep starts

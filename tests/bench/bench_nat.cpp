@@ -9,9 +9,10 @@
 //                             port pool is empty every session is expired (outside timing) and the
 //                             same flows are new again
 //
-// A session takes a port from the external address's pool (one pool per protocol; ports 1024-65535
-// at most, 64512), so one lcore holds at most 64512 import sessions of one protocol whatever
-// max_sessions says: the 1M-flow case cannot exist here, and the largest established set is 64512.
+// A session takes a port of the external address's pool (ports 1024-65535, 64512), shared by
+// sessions toward different destinations (endpoint-dependent allocation). As in nat_bench.sh the
+// flows are spread over M = ceil(2 N / 64512) import mappings, each its own destination, so 1M
+// flows (M = 33) all hold a session.
 #include <benchmark/benchmark.h>
 
 #include <arpa/inet.h>
@@ -56,18 +57,22 @@ int route(const void*, uint32_t dst, uint32_t* next_hop) {
     return -1;
 }
 
-// A gateway as nat_bench.sh configures it: internal 198.18.1.1, external 198.19.0.1, one import
-// of TCP 8080 to peer beta 198.19.0.2:9000.
+uint32_t mappings_for(uint32_t flows) { return std::max<uint32_t>(1, (2 * flows + kPoolPorts - 1) / kPoolPorts); }
+
+// A gateway as nat_bench.sh configures it: internal 198.18.1.1, external 198.19.0.1, M imports of
+// TCP 8080+j to peer beta 198.19.0.2:(9000+j).
 struct Gateway {
     PortMapView maps;
-    ImportRule rule;
+    std::vector<ImportRule> rules;
     std::unique_ptr<Nat> nat;
 
-    explicit Gateway(uint32_t max_sessions) {
-        rule.peer_addr = be_ip("198.19.0.2");
-        rule.peer_port = htons(kPeerPort);
-        rule.peer_id = 2;
-        maps.publish(L4Proto::tcp, htons(kMappedPort), &rule);
+    Gateway(uint32_t max_sessions, uint32_t mappings) : rules(mappings) {
+        for (uint32_t j = 0; j < mappings; ++j) {
+            rules[j].peer_addr = be_ip("198.19.0.2");
+            rules[j].peer_port = htons(static_cast<uint16_t>(kPeerPort + j));
+            rules[j].peer_id = 2;
+            maps.publish(L4Proto::tcp, htons(static_cast<uint16_t>(kMappedPort + j)), &rules[j]);
+        }
         NatConfig cfg;
         cfg.max_sessions = max_sessions;
         cfg.port_lo = kPortLo;
@@ -78,19 +83,20 @@ struct Gateway {
 };
 
 // The SYNs of flows 0..n-1, numbered as fedgate_bench_pcap --tcp-flows numbers them: node
-// 198.18.1.(2 + i % 253), source port 1024 + i / 253.
+// 198.18.1.(2 + i % 253), source port 1024 + i / 253, to port 8080 + i % mappings.
 struct Flows {
     std::vector<uint8_t> frames;  // kFrame bytes each
     std::vector<ParsedPacket> parsed;
 
-    explicit Flows(uint32_t n) : frames(std::size_t{n} * kFrame), parsed(n) {
+    Flows(uint32_t n, uint32_t mappings) : frames(std::size_t{n} * kFrame), parsed(n) {
         for (uint32_t i = 0; i < n; ++i) {
             const std::string node = "198.18.1." + std::to_string(2 + i % 253);
             const fedgate::test::Mac src{0x02, 0, 0, 1, 0, static_cast<uint8_t>(2 + i % 253)};
             std::vector<uint8_t> f = PacketBuilder()
                                          .eth(fedgate::test::kBroadcast, src)
                                          .ipv4(node, "198.18.1.1", 64, static_cast<uint16_t>(i))
-                                         .tcp(static_cast<uint16_t>(1024 + i / 253), kMappedPort, 0x02, 1000 + i)
+                                         .tcp(static_cast<uint16_t>(1024 + i / 253), static_cast<uint16_t>(kMappedPort + i % mappings), 0x02,
+                                              1000 + i)
                                          .build();
             f.resize(60, 0);
             std::memcpy(&frames[std::size_t{i} * kFrame], f.data(), f.size());
@@ -110,12 +116,8 @@ inline Nat::Verdict send(Nat& nat, const Flows& flows, uint32_t i, uint8_t* scra
 
 void BM_TranslateEstablished(benchmark::State& state) {
     const auto n = static_cast<uint32_t>(state.range(0));
-    if (n > kPoolPorts) {
-        state.SkipWithError("more flows than one external address has session ports (64512)");
-        return;
-    }
-    Gateway gw(n);
-    const Flows flows(n);
+    Gateway gw(n, mappings_for(n));
+    const Flows flows(n, mappings_for(n));
     alignas(64) uint8_t scratch[kFrame];
     for (uint32_t i = 0; i < n; ++i)  // the pcap's first pass: every flow opens its session
         if (send(*gw.nat, flows, i, scratch).kind != Nat::Verdict::Kind::forward) {
@@ -137,14 +139,15 @@ void BM_TranslateEstablished(benchmark::State& state) {
     if (forwarded != static_cast<uint64_t>(state.iterations())) state.SkipWithError("a packet of an established flow was not forwarded");
     state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
     state.counters["sessions"] = gw.nat->session_count();
+    state.counters["mappings"] = mappings_for(n);
 }
 BENCHMARK(BM_TranslateEstablished)->Arg(1 << 10)->Arg(1 << 16)->Arg(kPoolPorts)->Arg(1 << 20);
 
 void BM_NewSession(benchmark::State& state) {
     const auto cap = static_cast<uint32_t>(state.range(0));
-    const uint32_t batch = std::min(cap, kPoolPorts);  // flows that fit before the table or pool fills
-    Gateway gw(cap);
-    const Flows flows(batch);
+    const uint32_t batch = cap;  // flows that fit before the table fills
+    Gateway gw(cap, mappings_for(cap));
+    const Flows flows(batch, mappings_for(cap));
     alignas(64) uint8_t scratch[kFrame];
     const uint64_t created0 = gw.nat->counters().sessions_created.get();
     uint32_t i = 0;

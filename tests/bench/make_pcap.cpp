@@ -3,7 +3,9 @@
 //    from many node addresses;
 //  - TCP flow mode (tests/bench/nat_bench.sh): one 64-byte TCP SYN per flow (Ethernet 14 + IPv4 20
 //    + TCP 20, padded to 60 bytes, 64 on the wire with the FCS) from node 198.18.1.x:sport to the
-//    gateway's internal address and a mapped port. The gateway opens a session on the first pass
+//    gateway's internal address and a mapped port (or flow i to the i % PORTS'th of PORTS
+//    consecutive mapped ports, so that more flows than one address has session ports can exist:
+//    each mapping is its own destination, and a session port is shared across destinations). The gateway opens a session on the first pass
 //    over the file and translates every later pass's SYNs through it;
 //  - resolve mode (tests/bench/resolve_bench.sh): two files, REGISTER messages that fill the
 //    gateway's directory (read once) and RESOLVE requests for those records (replayed forever),
@@ -35,8 +37,9 @@ namespace {
 constexpr const char* kUsage =
     "usage: fedgate_bench_pcap OUT.pcap GATEWAY_IP COUNT\n"
     "         ICMP echo requests, e.g. fedgate_bench_pcap echo.pcap 198.18.1.1 1024\n"
-    "       fedgate_bench_pcap --tcp-flows OUT.pcap GATEWAY_IP PORT FLOWS\n"
+    "       fedgate_bench_pcap --tcp-flows OUT.pcap GATEWAY_IP PORT FLOWS [PORTS]\n"
     "         one 64-byte TCP SYN per flow from 198.18.1.2..254 x source ports 1024.. to GATEWAY_IP:PORT,\n"
+    "         or, with PORTS, flow i to GATEWAY_IP:(PORT + i % PORTS) (one mapping per port),\n"
     "         e.g. fedgate_bench_pcap --tcp-flows nat.pcap 198.18.1.1 8080 65536\n"
     "       fedgate_bench_pcap --resolve REGISTER.pcap RESOLVE.pcap GATEWAY_IP PARTY RECORDS REQUESTS REQUESTER_NET\n"
     "         RECORDS registrations of PARTY.1.i and REQUESTS lookups of PARTY.1.(j % RECORDS), from\n"
@@ -79,10 +82,15 @@ int echo_mode(const char* out, const char* gateway, const char* count_arg) {
     return fedgate::test::write_pcap(out, frames) ? 0 : 1;
 }
 
-int tcp_flow_mode(const char* out, const char* gateway, const char* port_arg, const char* flows_arg) {
-    uint64_t port = 0, flows = 0;
+int tcp_flow_mode(const char* out, const char* gateway, const char* port_arg, const char* flows_arg,
+                  const char* ports_arg) {
+    uint64_t port = 0, flows = 0, ports = 1;
     if (!parse_uint(port_arg, 65535, &port) || port < 1) {
         std::cerr << "fedgate_bench_pcap: PORT must be 1..65535\n";
+        return 2;
+    }
+    if (ports_arg != nullptr && (!parse_uint(ports_arg, 65536 - port, &ports) || ports < 1)) {
+        std::cerr << "fedgate_bench_pcap: PORTS must be 1.." << 65536 - port << " (PORT + PORTS - 1 <= 65535)\n";
         return 2;
     }
     if (!parse_uint(flows_arg, kMaxFlows, &flows) || flows < 1) {
@@ -111,7 +119,7 @@ int tcp_flow_mode(const char* out, const char* gateway, const char* port_arg, co
         std::vector<uint8_t> f = PacketBuilder()
                                      .eth(fedgate::test::kBroadcast, src)
                                      .ipv4(nodes[node], gateway, 64, static_cast<uint16_t>(i))
-                                     .tcp(sport, static_cast<uint16_t>(port), 0x02 /* SYN */, static_cast<uint32_t>(1000 + i))
+                                     .tcp(sport, static_cast<uint16_t>(port + i % ports), 0x02 /* SYN */, static_cast<uint32_t>(1000 + i))
                                      .build();
         f.resize(kMinFrame, 0);  // Ethernet padding after the 40-byte IPv4 packet
         frames.push_back(std::move(f));
@@ -205,7 +213,8 @@ int resolve_mode(char** a) {
 
 int main(int argc, char** argv) {
     if (argc == 9 && std::strcmp(argv[1], "--resolve") == 0) return resolve_mode(argv + 2);
-    if (argc == 6 && std::strcmp(argv[1], "--tcp-flows") == 0) return tcp_flow_mode(argv[2], argv[3], argv[4], argv[5]);
+    if ((argc == 6 || argc == 7) && std::strcmp(argv[1], "--tcp-flows") == 0)
+        return tcp_flow_mode(argv[2], argv[3], argv[4], argv[5], argc == 7 ? argv[6] : nullptr);
     if (argc == 4 && argv[1][0] != '-') return echo_mode(argv[1], argv[2], argv[3]);
     std::cerr << kUsage;
     return 2;

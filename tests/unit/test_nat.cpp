@@ -9,6 +9,10 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <utility>
 #include <ostream>
 #include <random>
 #include <string>
@@ -451,6 +455,222 @@ TEST(NatPorts, ABlockOfMappedPortsDoesNotRefuseNewSessions) {
     for (uint16_t q = 20000; q < 20008; ++q) rig.maps.publish(L4Proto::tcp, htons(q), &rig.tcp_export);
     EXPECT_EQ(sport_of(forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1)), 20008);
     EXPECT_EQ(counts(rig.nat).alloc_miss, 0u);
+}
+
+// ---- Endpoint-dependent sharing of session ports ----------------------------------------------------
+
+TEST(NatPorts, APortIsSharedTowardDifferentDestinationsButNeverTwiceTowardOne) {
+    NatConfig cfg;
+    cfg.port_lo = 20000, cfg.port_hi = 20001;
+    NatRig rig(cfg);
+    ImportRule other = rig.tcp_import;  // TCP 5002 -> peer:6100, a second destination
+    other.peer_port = htons(6100);
+    rig.maps.publish(L4Proto::tcp, htons(5002), &other);
+    const auto to_other = [](uint16_t sport) { return tcp_frame(kNode, sport, kInternalAddr, 5002, kSyn); };
+    const PortPool& pool = rig.nat.pool(Nat::Pool::external, L4Proto::tcp);
+
+    // Ports with no session come first, FIFO.
+    EXPECT_EQ(sport_of(forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1)), 20000);
+    EXPECT_EQ(sport_of(forwarded(rig, node_tcp(40001, kSyn), 0, 0, 1)), 20001);
+    dropped(rig, node_tcp(40002, kSyn), 0, 0, DropReason::nat_ports_exhausted);  // peer:6000 has both
+    // Toward peer:6100 both ports are new: each is shared, and the frame says so exactly.
+    EXPECT_TRUE(same_bytes(forwarded(rig, to_other(40003), 0, 1, 1),
+                           tcp_frame(kExternalAddr, 20000, kPeer, 6100, kSyn, 1000, 0, 63)));
+    EXPECT_EQ(sport_of(forwarded(rig, to_other(40004), 0, 1, 1)), 20001);
+    dropped(rig, to_other(40005), 0, 1, DropReason::nat_ports_exhausted);
+    EXPECT_EQ(rig.nat.session_count(), 4u);
+    EXPECT_EQ(counts(rig.nat), (Counts{4, 0, 0, 2, 4}));
+    EXPECT_EQ(pool.free_count(), 0u);
+    EXPECT_EQ(pool.sessions(), 4u);
+    EXPECT_EQ(pool.uses(htons(20000)), 2u);
+    EXPECT_EQ(pool.uses(htons(20001)), 2u);
+
+    // Replies to one port reach the session of the remote end that sent them.
+    EXPECT_TRUE(same_bytes(forwarded(rig, peer_tcp(20000, kSyn | kAck), 1, 2, 0),
+                           tcp_frame(kInternalAddr, kImportTcpPort, kNode, 40000, kSyn | kAck, 1000, 0, 63)));
+    EXPECT_TRUE(same_bytes(forwarded(rig, tcp_frame(kPeer, 6100, kExternalAddr, 20000, kSyn | kAck), 1, 2, 0),
+                           tcp_frame(kInternalAddr, 5002, kNode, 40003, kSyn | kAck, 1000, 0, 63)));
+    EXPECT_EQ(get16(forwarded(rig, tcp_frame(kPeer, 6100, kExternalAddr, 20001, kSyn | kAck), 1, 2, 0), kL4 + 2),
+              40004);
+}
+
+TEST(NatPorts, ASharedPortIsFreeOnlyWhenItsLastSessionEnds) {
+    NatConfig cfg = short_timeouts();
+    cfg.port_lo = 20000, cfg.port_hi = 20000;
+    NatRig rig(cfg);
+    ImportRule other = rig.udp_import;  // UDP 5003 -> peer:6101
+    other.peer_port = htons(6101);
+    rig.maps.publish(L4Proto::udp, htons(5003), &other);
+    const PortPool& pool = rig.nat.pool(Nat::Pool::external, L4Proto::udp);
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41000), 0, 0, 1)), 20000);
+    EXPECT_EQ(sport_of(forwarded(rig, udp_frame(kNode, 41001, kInternalAddr, 5003), 0, 1000, 1)), 20000);
+    EXPECT_EQ(pool.uses(htons(20000)), 2u);
+    EXPECT_EQ(expire_all(rig, 3000), 1u);  // the first
+    EXPECT_EQ(pool.uses(htons(20000)), 1u);
+    EXPECT_EQ(pool.free_count(), 0u);
+    not_translated(rig, peer_udp(20000), 1, 3001);  // the expired one's reply key is gone ...
+    EXPECT_EQ(get16(forwarded(rig, udp_frame(kPeer, 6101, kExternalAddr, 20000), 1, 3001, 0), kL4 + 2), 41001);
+    // ... so the port serves peer:6001 again, though it is not free.
+    EXPECT_EQ(sport_of(forwarded(rig, node_udp(41002), 0, 3002, 1)), 20000);
+    EXPECT_EQ(expire_all(rig, 10'000), 2u);
+    EXPECT_EQ(pool.uses(htons(20000)), 0u);
+    EXPECT_EQ(pool.free_count(), 1u);
+    EXPECT_EQ(pool.sessions(), 0u);
+}
+
+// Random flows from many nodes toward many destinations through a pool of 8 ports: whatever the NAT
+// chooses, no two live sessions share a reply key, each port's use count is its sessions, and a
+// refusal happens only when every port already serves the destination.
+TEST(NatPorts, RandomFlowsTowardManyDestinationsSharePortsWithoutEverCollidingAReplyKey) {
+    NatConfig cfg;
+    cfg.max_sessions = 4096;
+    cfg.port_lo = 30000, cfg.port_hi = 30007;
+    cfg.timeouts.udp_ms = 100;
+    NatRig rig(cfg);
+    constexpr int kDests = 12;
+    std::deque<ImportRule> rules;
+    std::vector<std::string> peers;
+    for (int d = 0; d < kDests; ++d) {  // UDP 5100+d -> 198.19.0.(2 + d % 3):(7100 + d)
+        ImportRule& r = rules.emplace_back(rig.udp_import);
+        peers.push_back("198.19.0." + std::to_string(2 + d % 3));
+        r.peer_addr = net_addr(peers.back().c_str());
+        r.peer_port = htons(static_cast<uint16_t>(7100 + d));
+        rig.maps.publish(L4Proto::udp, htons(static_cast<uint16_t>(5100 + d)), &r);
+    }
+    std::mt19937 rng(77);
+    // Model: (destination, port) -> node source port of the live session, and when it was last used.
+    std::map<std::pair<int, uint16_t>, std::pair<uint16_t, uint64_t>> live;
+    const PortPool& pool = rig.nat.pool(Nat::Pool::external, L4Proto::udp);
+    uint16_t next_sport = 1024;
+    uint32_t shared = 0, refused = 0;
+    for (uint64_t now = 0; now < 6000; ++now) {
+        const int d = static_cast<int>(rng() % kDests);
+        std::vector<uint8_t> f = udp_frame(kNode, next_sport, kInternalAddr, static_cast<uint16_t>(5100 + d));
+        const Nat::Verdict v = rig.handle(f, 0, now);
+        uint32_t serving = 0;
+        for (uint16_t p = 30000; p <= 30007; ++p) serving += live.count({d, p});
+        if (serving == 8) {
+            ASSERT_EQ(kind_name(v.kind), "drop") << now;
+            ASSERT_EQ(drop_reason_name(v.reason), "nat_ports_exhausted");
+            ++refused;
+        } else {
+            ASSERT_EQ(kind_name(v.kind), "forward") << now;
+            const uint16_t port = sport_of(f);
+            ASSERT_GE(port, 30000);
+            ASSERT_LE(port, 30007);
+            ASSERT_EQ(live.count({d, port}), 0u) << "a reply key twice";
+            shared += pool.uses(htons(port)) > 1;
+            live[{d, port}] = {next_sport, now};
+        }
+        ++next_sport;
+        if (now % 10 == 9) {  // expire, in the model as in the NAT
+            rig.nat.expire(now, rig.nat.sessions().capacity());
+            std::erase_if(live, [&](const auto& e) { return e.second.second + 100 <= now; });
+        }
+        ASSERT_EQ(rig.nat.session_count(), live.size());
+        uint32_t used_ports = 0;
+        for (uint16_t p = 30000; p <= 30007; ++p) {
+            uint32_t n = 0;
+            for (int dd = 0; dd < kDests; ++dd) n += live.count({dd, p});
+            ASSERT_EQ(pool.uses(htons(p)), n) << "port " << p << " at " << now;
+            used_ports += n != 0;
+        }
+        ASSERT_EQ(pool.size() - pool.free_count(), used_ports);
+    }
+    // Every live session's reply reaches the node port that opened it.
+    for (const auto& [where, what] : live) {
+        const auto& r = rules[static_cast<std::size_t>(where.first)];
+        std::vector<uint8_t> f = PacketBuilder()
+                                     .eth(kGatewayMac, kNeighbourMac)
+                                     .ipv4(peers[static_cast<std::size_t>(where.first)], kExternalAddr, 64, 1)
+                                     .udp(ntohs(r.peer_port), where.second)
+                                     .payload(8)
+                                     .build();
+        const Nat::Verdict v = rig.handle(f, 1, 5999);
+        ASSERT_EQ(kind_name(v.kind), "forward");
+        EXPECT_EQ(get16(f, kL4 + 2), what.first);
+    }
+    EXPECT_GT(shared, 1000u);
+    EXPECT_GT(refused, 10u);
+}
+
+// ---- Worker slices -------------------------------------------------------------------------------
+
+TEST(NatWorkers, TwoWorkersNeverHandOutTheSamePortAndPortOwnerNamesTheOneThatDid) {
+    std::set<uint16_t> seen[2];
+    for (uint16_t w = 0; w < 2; ++w) {
+        NatConfig cfg;
+        cfg.port_lo = 20000, cfg.port_hi = 20099;
+        cfg.worker = w, cfg.workers = 2;
+        NatRig rig(cfg);
+        EXPECT_EQ(rig.nat.pool(Nat::Pool::external, L4Proto::tcp).size(), 50u);
+        EXPECT_EQ(rig.nat.pool(Nat::Pool::internal, L4Proto::udp).size(), 50u);
+        ImportRule other = rig.tcp_import;
+        other.peer_port = htons(6100);
+        rig.maps.publish(L4Proto::tcp, htons(5002), &other);
+        for (uint16_t i = 0; i < 100; ++i) {  // 50 free ports, then 50 shared toward peer:6100
+            const auto f = i < 50 ? node_tcp(static_cast<uint16_t>(40000 + i), kSyn)
+                                  : tcp_frame(kNode, static_cast<uint16_t>(40000 + i), kInternalAddr, 5002, kSyn);
+            const uint16_t p = sport_of(forwarded(rig, f, 0, 0, 1));
+            EXPECT_EQ(Nat::port_owner(p, 2), w) << p;
+            seen[w].insert(p);
+        }
+        // Exports take internal-address ports from the same slice.
+        const uint16_t e = sport_of(forwarded(rig, tcp_frame(kPeer, 45000, kExternalAddr, kExportTcpPort, kSyn), 1, 0, 0));
+        EXPECT_EQ(Nat::port_owner(e, 2), w);
+        dropped(rig, node_tcp(41000, kSyn), 0, 0, DropReason::nat_ports_exhausted);
+    }
+    EXPECT_EQ(seen[0].size(), 50u);
+    EXPECT_EQ(seen[1].size(), 50u);
+    for (uint16_t p : seen[0]) EXPECT_EQ(seen[1].count(p), 0u) << p;
+    EXPECT_EQ(*seen[0].begin(), 20000);
+    EXPECT_EQ(*seen[1].begin(), 20001);
+}
+
+TEST(NatWorkers, PortOwnerIsThePortModuloTheWorkers) {
+    EXPECT_EQ(Nat::port_owner(20001, 1), 0);
+    EXPECT_EQ(Nat::port_owner(20001, 0), 0);
+    EXPECT_EQ(Nat::port_owner(20001, 2), 1);
+    EXPECT_EQ(Nat::port_owner(20001, 3), 20001 % 3);
+    EXPECT_EQ(Nat::port_owner(65535, 4), 3);
+}
+
+TEST(NatWorkers, AWorkerOutsideTheCountIsRefusedAtConstruction) {
+    PortMapView maps;
+    for (auto [w, n] : {std::pair<uint16_t, uint16_t>{0, 0}, {1, 1}, {2, 2}}) {
+        NatConfig cfg;
+        cfg.worker = w, cfg.workers = n;
+        EXPECT_THROW(Nat(cfg, nat_fixture_ports(), &maps, nat_fixture_route, nullptr), std::invalid_argument);
+    }
+}
+
+TEST(NatWorkers, APoolSliceHoldsExactlyTheWorkersPortsAndIgnoresOthers) {
+    PortPool pool(20000, 20010, 3, 2);  // 20000 % 3 == 2: 20000, 20003, 20006, 20009
+    EXPECT_EQ(pool.size(), 4u);
+    std::vector<uint16_t> got;
+    uint16_t p = 0;
+    while (pool.take(&p)) got.push_back(ntohs(p));
+    EXPECT_EQ(got, (std::vector<uint16_t>{20000, 20003, 20006, 20009}));
+    pool.give(htons(20001));  // another worker's: not taken back
+    pool.give(htons(20012));  // beyond the range
+    EXPECT_EQ(pool.free_count(), 0u);
+    pool.share(htons(20003));
+    EXPECT_EQ(pool.uses(htons(20003)), 2u);
+    EXPECT_EQ(pool.sessions(), 5u);
+    pool.give(htons(20003));
+    EXPECT_EQ(pool.free_count(), 0u);
+    pool.give(htons(20003));
+    pool.give(htons(20003));  // once more than it had: ignored
+    EXPECT_EQ(pool.free_count(), 1u);
+    EXPECT_EQ(pool.sessions(), 3u);
+    // Round robin over the slice for sharing.
+    got.clear();
+    for (int i = 0; i < 5 && pool.next_shared(&p); ++i) got.push_back(ntohs(p));
+    EXPECT_EQ(got, (std::vector<uint16_t>{20000, 20003, 20006, 20009, 20000}));
+    PortPool empty(20000, 20001, 4, 3);
+    EXPECT_EQ(empty.size(), 0u);
+    EXPECT_FALSE(empty.take(&p));
+    EXPECT_FALSE(empty.next_shared(&p));
 }
 
 // ---- Where a session's packets may come from -------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -461,6 +462,112 @@ TEST(SessionTable, RandomOperationsAgreeWithAMap) {
     EXPECT_GT(erased, 8'000u);
     EXPECT_GT(refused_full, 3'000u);
     EXPECT_GT(refused_dup, 5'000u);
+}
+
+// The NAT's endpoint-dependent use of the table: a few session ports, each the reply-side port of many
+// sessions toward different remote ends. Random inserts, erases, finds and contains() against a
+// std::map model; reply keys differ only in the remote end or only in the session port, so the
+// index must tell apart keys that share most of their bytes.
+TEST(SessionTable, SessionsSharingASessionPortTowardDifferentDestinationsAgreeWithAMap) {
+    constexpr uint32_t kCap = 300;
+    constexpr uint32_t kNodes = 400;    // forward keys: node i -> internal:5000
+    constexpr uint32_t kRemotes = 8, kRemotePorts = 8, kSessionPorts = 4;  // 256 reply keys
+    SessionTable t(kCap);
+    std::mt19937 rng(1313);
+    const auto forward = [](uint32_t node) {
+        FlowKey k;
+        k.src = htonl(0xC6120100u | (node & 0xff));  // 198.18.1.x
+        k.dst = htonl(0xC6120101u);
+        k.sport = htons(static_cast<uint16_t>(40000 + node / 256));
+        k.dport = htons(5000);
+        k.proto = kTcp;
+        return k;
+    };
+    const auto reverse = [](uint32_t r) {  // r = (remote, remote port, session port)
+        FlowKey k;
+        k.src = htonl(0xC6130002u + r / (kRemotePorts * kSessionPorts));  // 198.19.0.2..9
+        k.dst = htonl(0xC6130001u);                                         // the external address
+        k.sport = htons(static_cast<uint16_t>(6000 + r / kSessionPorts % kRemotePorts));
+        k.dport = htons(static_cast<uint16_t>(20000 + r % kSessionPorts));
+        k.proto = kTcp;
+        return k;
+    };
+    constexpr uint32_t kReverse = kRemotes * kRemotePorts * kSessionPorts;
+    // Keys numbered: [0, kNodes) forward, [kNodes, kNodes + kReverse) reverse.
+    const auto key_of = [&](uint32_t n) { return n < kNodes ? forward(n) : reverse(n - kNodes); };
+    std::map<uint32_t, std::pair<Session*, uint8_t>> index;
+    std::map<Session*, std::pair<uint32_t, uint32_t>> live;
+    uint32_t inserted = 0, refused = 0, max_on_one_port = 0;
+
+    for (int op = 0; op < 40'000; ++op) {
+        const uint32_t what = rng() % 100;
+        if (what < 55) {
+            const uint32_t f = rng() % kNodes, r = kNodes + rng() % kReverse;
+            const bool ok = live.size() < kCap && index.count(f) == 0 && index.count(r) == 0;
+            Session* s = t.insert(key_of(f), key_of(r));
+            if (!ok) {
+                ASSERT_EQ(s, nullptr) << op;
+                ++refused;
+                continue;
+            }
+            ASSERT_NE(s, nullptr) << op;
+            index[f] = {s, 0};
+            index[r] = {s, 1};
+            live[s] = {f, r};
+            ++inserted;
+        } else if (what < 80) {
+            if (live.empty()) continue;
+            auto it = live.begin();
+            std::advance(it, rng() % live.size());
+            index.erase(it->second.first);
+            index.erase(it->second.second);
+            t.erase(it->first);
+            live.erase(it);
+        } else {
+            const uint32_t n = rng() % (kNodes + kReverse);
+            const auto it = index.find(n);
+            const SessionTable::Hit hit = t.find(key_of(n));
+            ASSERT_EQ(t.contains(key_of(n)), it != index.end()) << op;
+            ASSERT_EQ(hit.session, it == index.end() ? nullptr : it->second.first) << op;
+            if (it != index.end()) {
+                ASSERT_EQ(hit.dir, it->second.second) << op;
+            }
+        }
+        ASSERT_EQ(t.size(), live.size());
+        if (op % 500 == 0) {  // everything, now and then
+            uint32_t per_port[kSessionPorts] = {};
+            for (uint32_t n = 0; n < kNodes + kReverse; ++n) {
+                const auto it = index.find(n);
+                const SessionTable::Hit hit = t.find(key_of(n));
+                ASSERT_EQ(hit.session, it == index.end() ? nullptr : it->second.first) << op << " key " << n;
+                if (it != index.end() && n >= kNodes) ++per_port[(n - kNodes) % kSessionPorts];
+            }
+            for (uint32_t c : per_port) max_on_one_port = std::max(max_on_one_port, c);
+        }
+    }
+    EXPECT_GT(inserted, 5'000u);
+    EXPECT_GT(refused, 1'000u);
+    EXPECT_GT(max_on_one_port, 24u) << "many sessions shared one session port";
+}
+
+TEST(SessionTable, ASessionsHotFieldsShareOneCacheLine) {
+    SessionTable t(4);
+    Session* s = t.insert(key(1), reply(1));
+    ASSERT_NE(s, nullptr);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(s);
+    EXPECT_EQ(base % 64, 0u);
+    // First and last byte of each field a packet's path reads or writes: all in the session's first line.
+    const auto in_first_line = [&](const void* p, std::size_t n) {
+        const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+        return a >= base && a + n <= base + 64;
+    };
+    EXPECT_TRUE(in_first_line(&s->rw[0], sizeof s->rw[0]));
+    EXPECT_TRUE(in_first_line(&s->rw[1], sizeof s->rw[1]));
+    EXPECT_TRUE(in_first_line(&s->last_seen_ms, sizeof s->last_seen_ms));
+    EXPECT_TRUE(in_first_line(&s->timeout_ms, sizeof s->timeout_ms));
+    EXPECT_TRUE(in_first_line(&s->tcp_fin, 1) && in_first_line(&s->tcp_rst, 1) && in_first_line(&s->replied, 1) &&
+                in_first_line(&s->in_use, 1));
+    EXPECT_FALSE(in_first_line(&s->key[0], sizeof s->key[0])) << "keys are cold: the index holds its own copy";
 }
 
 }  // namespace
