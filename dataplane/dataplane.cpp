@@ -176,11 +176,7 @@ uint32_t Dataplane::poll_once() {
 
     for (uint16_t in = 0; in < nports_; ++in) {
         const uint16_t n = rte_eth_rx_burst(ports_[in].cfg.port_id, queue_, pkts, kBurst);
-        for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
-        for (uint16_t j = 0; j < n; ++j) {
-            if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
-            handle(pkts[j], in);
-        }
+        if (n != 0) handle_burst(pkts, n, in);
         handled += n;
     }
 
@@ -213,17 +209,36 @@ uint32_t Dataplane::poll_once() {
 // ---------------------------------------------------------------------------------------------
 // Classification.
 
+void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
+    ParsedPacket p[kBurst];
+    DropReason parsed[kBurst];
+    uint64_t hash[kBurst];
+    for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
+    for (uint16_t j = 0; j < n; ++j) {
+        if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
+        parsed[j] = parse_packet(rte_pktmbuf_mtod(pkts[j], const uint8_t*), rte_pktmbuf_data_len(pkts[j]), p[j]);
+        const bool flow = parsed[j] == DropReason::none && p[j].ether_type_host == kEtherTypeIpv4 && !p[j].fragment &&
+                          (p[j].ip_proto == kIpProtoTcp || p[j].ip_proto == kIpProtoUdp);
+        hash[j] = flow ? nat_.prefetch(p[j]) : Nat::kNoFlowHash;
+    }
+    for (uint16_t j = 0; j < n; ++j)
+        if (hash[j] != Nat::kNoFlowHash) nat_.prefetch_session(p[j], static_cast<uint32_t>(hash[j]));
+    for (uint16_t j = 0; j < n; ++j) handle(pkts[j], in, p[j], parsed[j], hash[j]);
+}
+
 void Dataplane::handle(rte_mbuf* m, uint16_t in) {
+    ParsedPacket p;
+    const DropReason r = parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p);
+    handle(m, in, p, r, Nat::kNoFlowHash);
+}
+
+void Dataplane::handle(rte_mbuf* m, uint16_t in, const ParsedPacket& p, DropReason parsed, uint64_t flow_hash) {
     Port& port = ports_[in];
     if (!from_hand_off_) {  // counted once, by the worker that took it off the port
         port.counters.rx_packets.add();
         port.counters.rx_bytes.add(rte_pktmbuf_pkt_len(m));
     }
-
-    ParsedPacket p;
-    if (const DropReason r = parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p);
-        r != DropReason::none)
-        return drop(m, in, r);
+    if (parsed != DropReason::none) return drop(m, in, parsed);
 
     const auto* eth = at<rte_ether_hdr>(m, 0);
     if (!rte_is_same_ether_addr(&eth->dst_addr, &port.cfg.mac) && !rte_is_broadcast_ether_addr(&eth->dst_addr))
@@ -235,7 +250,7 @@ void Dataplane::handle(rte_mbuf* m, uint16_t in) {
 
     switch (p.ether_type_host) {
     case kEtherTypeArp: return handle_arp(m, in, p);
-    case kEtherTypeIpv4: return handle_ipv4(m, in, p);
+    case kEtherTypeIpv4: return handle_ipv4(m, in, p, flow_hash);
     default: return drop(m, in, DropReason::ethertype_unsupported);
     }
 }
@@ -405,7 +420,7 @@ bool Dataplane::owns_address(uint32_t ip) const {
     return false;
 }
 
-void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
+void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p, uint64_t flow_hash) {
     const Port& port = ports_[in];
     const uint32_t src_host = rte_be_to_cpu_32(p.src_ip);
     const bool subnet_broadcast = port.cfg.prefix_len < 31 && ((p.src_ip ^ port.cfg.addr) & port.mask) == 0 &&
@@ -414,16 +429,17 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
         subnet_broadcast)
         return drop(m, in, DropReason::ipv4_bad_source);
     if (p.fragment) return drop(m, in, DropReason::ipv4_fragment);
+    const bool to_us = owns_address(p.dst_ip);  // decided once
 
     // Another worker's packet goes to it; a packet handed to us is ours.
-    if (hand_out_ && !from_hand_off_ && owns_address(p.dst_ip)) {
+    if (hand_out_ && !from_hand_off_ && to_us) {
         if (const uint16_t w = owner_of(rte_pktmbuf_mtod(m, const uint8_t*), in, p); w != worker_.index)
             return hand_off(m, in, w, kHandOffPacket);
     }
 
     // The resolution service first: its port is never a mapping's nor a session's (the config keeps
     // it out of both), so the session lookup can be skipped for it.
-    if (p.ip_proto == kIpProtoUdp && p.dst_port == resolve_port_be_ && resolver_ != nullptr && owns_address(p.dst_ip))
+    if (p.ip_proto == kIpProtoUdp && p.dst_port == resolve_port_be_ && resolver_ != nullptr && to_us)
         return handle_resolve(m, in, p);
 
     // RoCE v2 to the arrival port's own address: a connection's translation, or a counted drop.
@@ -432,11 +448,12 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
 
     // The port-map proxy: packets of a session, or opening one through an import/export rule.
     if (p.ip_proto == kIpProtoTcp || p.ip_proto == kIpProtoUdp) {
-        if (act(m, in, nat_.handle(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p, in, now_ms_))) return;
+        if (act(m, in, nat_.handle(rte_pktmbuf_mtod_offset(m, uint8_t*, p.l3_offset), p, in, now_ms_, flow_hash)))
+            return;
     }
 
     // Weak host model for the gateway's own addresses: a node may ping the external address too.
-    if (owns_address(p.dst_ip)) {
+    if (to_us) {
         switch (p.ip_proto) {
         case kIpProtoIcmp: return handle_local_icmp(m, in, p);
         case kIpProtoTcp:

@@ -237,7 +237,12 @@ private:
         rte_mbuf* tx[kTxQueueLen];
     };
 
-    void handle(rte_mbuf* m, uint16_t in);
+    void handle(rte_mbuf* m, uint16_t in);  // parses, then as below
+    // `parsed`: parse_packet's verdict on it; `flow_hash`: Nat::prefetch's value, or kNoFlowHash.
+    void handle(rte_mbuf* m, uint16_t in, const ParsedPacket& p, DropReason parsed, uint64_t flow_hash);
+    // One RX burst of port `in`: parse all, hash the TCP/UDP ones and prefetch their session slots,
+    // prefetch the sessions, then handle each.
+    void handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in);
     void handle_arp(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     // Learns (or refreshes) the ARP sender as handle_arp does and sends what waited for it.
     void learn_from_arp(uint16_t in, const rte_arp_hdr& arp, bool for_us);
@@ -246,7 +251,7 @@ private:
     void hand_off(rte_mbuf* m, uint16_t in, uint16_t to, uint8_t kind);
     void flush_hand_offs();
     void take_hand_offs(uint32_t* handled);
-    void handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
+    void handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p, uint64_t flow_hash);
     void handle_local_icmp(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_inject(rte_mbuf* m);
     void handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p);

@@ -150,15 +150,17 @@ void Nat::track(Session& s, uint8_t dir, const uint8_t* l4, uint8_t proto, uint6
                                                : cfg_.timeouts.tcp_transitory_ms;
 }
 
-Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms) {
+Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms, uint64_t flow_hash) {
     Verdict v;
-    const FlowKey k{p.src_ip, p.dst_ip, p.src_port, p.dst_port, p.ip_proto, {0, 0, 0}};
+    const FlowKey k = key_of(p);
     const uint16_t ihl = static_cast<uint16_t>(p.l4_offset - p.l3_offset);
     uint8_t* l4 = l3 + ihl;
     Session* s = nullptr;
     uint8_t dir = 0;
 
-    if (const SessionTable::Hit hit = sessions_.find(k); hit.session != nullptr) {
+    const SessionTable::Hit hit =
+        flow_hash == kNoFlowHash ? sessions_.find(k) : sessions_.find(k, static_cast<uint32_t>(flow_hash));
+    if (hit.session != nullptr) {
         s = hit.session;
         dir = hit.dir;
         // Each direction arrives on one port: where the other direction leaves.

@@ -94,8 +94,19 @@ public:
     Nat(const NatConfig& cfg, std::vector<NatPort> ports, const PortMapView* maps, RouteFn route, const void* route_ctx);
 
     // Called for TCP/UDP IPv4 packets that are not fragments. Rewrites the packet in place (headers
-    // at `l3`, `p` describes them) when it forwards.
-    Verdict handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms);
+    // at `l3`, `p` describes them) when it forwards. `flow_hash`: prefetch()'s value for this
+    // packet, or kNoFlowHash.
+    static constexpr uint64_t kNoFlowHash = UINT64_MAX;
+    Verdict handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms,
+                   uint64_t flow_hash = kNoFlowHash);
+
+    // A burst's first passes (see SessionTable): prefetch(p) hashes a TCP/UDP packet's flow key and
+    // prefetches its slot; prefetch_session(p, h) the session behind it. Nothing changes.
+    static FlowKey key_of(const ParsedPacket& p) {
+        return FlowKey{p.src_ip, p.dst_ip, p.src_port, p.dst_port, p.ip_proto, {0, 0, 0}};
+    }
+    uint32_t prefetch(const ParsedPacket& p) const { return sessions_.hash(key_of(p)); }
+    void prefetch_session(const ParsedPacket& p, uint32_t h) const { sessions_.prefetch_session(key_of(p), h); }
 
     // An ICMP error (destination unreachable, time exceeded, parameter problem) addressed to the
     // gateway whose quoted packet belongs to a session: rewritten for the host that sent the

@@ -73,8 +73,10 @@ uint32_t SessionTable::slot_of(const FlowKey& k, uint32_t h) const {
     return i;
 }
 
-SessionTable::Hit SessionTable::find(const FlowKey& k) {
-    const Slot& s = slots_[slot_of(k, hash_of(k))];
+SessionTable::Hit SessionTable::find(const FlowKey& k) { return find(k, hash_of(k)); }
+
+SessionTable::Hit SessionTable::find(const FlowKey& k, uint32_t h) {
+    const Slot& s = slots_[slot_of(k, h)];
     if (s.ref == kEmpty) return {};
     return {&pool_[s.ref >> 1], static_cast<uint8_t>(s.ref & 1)};
 }

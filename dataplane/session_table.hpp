@@ -109,6 +109,20 @@ public:
 
     Hit find(const FlowKey& k);
     bool contains(const FlowKey& k) const;
+
+    // Batched lookups (a burst at a time, so the cache misses of several packets overlap): hash()
+    // a key and prefetch its home slot; once that line is in, prefetch_session() the session it
+    // indexes; then find(k, h) reads both from cache. The prefetches never change the outcome.
+    uint32_t hash(const FlowKey& k) const {
+        const uint32_t h = hash_of(k);
+        __builtin_prefetch(&slots_[h & mask_]);
+        return h;
+    }
+    void prefetch_session(const FlowKey& k, uint32_t h) const {
+        const Slot& s = slots_[slot_of(k, h)];
+        if (s.ref != kEmpty) __builtin_prefetch(&pool_[s.ref >> 1]);
+    }
+    Hit find(const FlowKey& k, uint32_t h);  // h = hash(k)
     // Makes a session indexed under both keys, with in_use set and everything else zeroed, or
     // returns null when the table is full or either key is already indexed (nothing changes then).
     Session* insert(const FlowKey& forward, const FlowKey& reverse);

@@ -164,6 +164,45 @@ TEST(NatFixtures, EveryCaseGivesItsVerdictAndExactOutputBytes) {
     }
 }
 
+// The data plane's batched path: a burst's keys hashed and their slots and sessions prefetched
+// before any packet of it is handled (so a session an earlier packet of the burst opens was not
+// there when a later one was hashed), then each handled with its hash: the same verdicts and bytes.
+TEST(NatFixtures, TheBatchedPathInBurstsGivesTheSameVerdictsAndBytes) {
+    for (const std::size_t burst : {2u, 5u, 32u}) {
+        SCOPED_TRACE("burst " + std::to_string(burst));
+        NatRig rig;
+        const std::vector<NatCase> cases = nat_fixture_cases();
+        for (std::size_t first = 0; first < cases.size(); first += burst) {
+            const std::size_t n = std::min(burst, cases.size() - first);
+            std::vector<std::vector<uint8_t>> frames;
+            std::vector<ParsedPacket> parsed(n);
+            std::vector<uint64_t> hash(n, Nat::kNoFlowHash);
+            for (std::size_t j = 0; j < n; ++j) {
+                frames.push_back(cases[first + j].input);
+                ASSERT_EQ(parse_packet(frames[j].data(), static_cast<uint32_t>(frames[j].size()), parsed[j]), DropReason::none);
+                if (parsed[j].ip_proto == kIpProtoTcp || parsed[j].ip_proto == kIpProtoUdp) hash[j] = rig.nat.prefetch(parsed[j]);
+            }
+            for (std::size_t j = 0; j < n; ++j)
+                if (hash[j] != Nat::kNoFlowHash) rig.nat.prefetch_session(parsed[j], static_cast<uint32_t>(hash[j]));
+            for (std::size_t j = 0; j < n; ++j) {
+                const NatCase& c = cases[first + j];
+                SCOPED_TRACE(c.description);
+                uint8_t* l3 = frames[j].data() + parsed[j].l3_offset;
+                const Nat::Verdict v = hash[j] != Nat::kNoFlowHash
+                                           ? rig.nat.handle(l3, parsed[j], c.in_port, c.now_ms, hash[j])
+                                           : rig.nat.handle_icmp_error(l3, parsed[j]);
+                EXPECT_EQ(kind_name(v.kind), kind_name(c.kind));
+                EXPECT_EQ(drop_reason_name(v.reason), drop_reason_name(c.reason));
+                EXPECT_TRUE(same_bytes(frames[j], c.expected));
+                if (c.kind == Kind::forward) {
+                    EXPECT_EQ(v.out_port, c.out_port);
+                }
+            }
+        }
+        EXPECT_EQ(rig.nat.session_count(), 7u);
+    }
+}
+
 TEST(NatFixtures, ReplayOpensOneSessionAndOnePortPerNewFlowAndCountsEveryForward) {
     NatRig rig;
     uint64_t forwards = 0, icmp_forwards = 0;
