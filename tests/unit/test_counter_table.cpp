@@ -22,35 +22,12 @@
 #include "controlplane/roce_translations.hpp"
 #include "dataplane/drop_reason.hpp"
 #include "dataplane/resolve_cache.hpp"
+#include "tests/support/alpha_config.hpp"
 
 namespace fedgate {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-const char* kConfig = R"([gateway]
-party = "alpha"
-party_id = 1
-[eal]
-args = []
-[[port]]
-name = "inside"
-role = "internal"
-device = "net_tap0"
-address = "198.18.1.1/24"
-[[port]]
-name = "outside"
-role = "external"
-device = "net_tap1"
-address = "198.19.0.1/24"
-[[peer]]
-party = "beta"
-party_id = 2
-address = "198.19.0.2"
-key = "00112233445566778899aabbccddeeff"
-[connect]
-auto_ports = "61000-61002"
-)";
 
 // A worker snapshot whose every value is distinct: row r, slot k holds base + r * 1000 + k.
 CounterSnapshot fake_worker(std::size_t ports, uint64_t base, bool resolver = true) {
@@ -81,7 +58,7 @@ protected:
         char tmpl[] = "/tmp/fedgate-ctr-XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir_ = tmpl;
-        cfg_ = parse_config(kConfig, "ctr.toml");
+        cfg_ = parse_config(test::kAlphaConfig, "ctr.toml");
         table_ = std::make_unique<PortMapTable>(cfg_, view_, nullptr, dir_ + "/mappings.json");
         table_->load(nullptr);
         autos_ = std::make_unique<AutoMappings>(cfg_, *table_);

@@ -17,6 +17,7 @@
 #include "controlplane/config.hpp"
 #include "controlplane/handshake_relay.hpp"
 #include "dataplane/portmap.hpp"
+#include "tests/support/alpha_config.hpp"
 
 namespace {
 
@@ -519,37 +520,13 @@ TEST_F(RelayPair, MalformedRepWithSeveralTransportsIsRefused) {
 // ---------------------------------------------------------------------------------------------
 // Automatic mappings on a real port-map table.
 
-const char* kAutoConfig = R"([gateway]
-party = "alpha"
-party_id = 1
-[eal]
-args = []
-[[port]]
-name = "inside"
-role = "internal"
-device = "net_tap0"
-address = "198.18.1.1/24"
-[[port]]
-name = "outside"
-role = "external"
-device = "net_tap1"
-address = "198.19.0.1/24"
-[[peer]]
-party = "beta"
-party_id = 2
-address = "198.19.0.2"
-key = "00112233445566778899aabbccddeeff"
-[connect]
-auto_ports = "61000-61002"
-)";
-
 class AutoMappingTest : public ::testing::Test {
 protected:
     void SetUp() override {
         char tmpl[] = "/tmp/fedgate-auto-XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir = tmpl;
-        cfg = parse_config(kAutoConfig, "auto.toml");
+        cfg = parse_config(test::kAlphaConfig, "auto.toml");
         table = std::make_unique<PortMapTable>(cfg, view, nullptr, dir + "/mappings.json");
         table->load(nullptr);
         autos = std::make_unique<AutoMappings>(cfg, *table);
