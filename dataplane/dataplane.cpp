@@ -142,7 +142,15 @@ uint64_t Dataplane::now_ms() const { return rte_get_tsc_cycles() / tsc_per_ms_; 
 // The loop.
 
 void Dataplane::run(const std::atomic<bool>& quit) {
-    IdleBackoff idle(idle_);
+    std::array<RxQueueRef, IdleWaiter::kMaxPollFds> rxqs{};
+    const std::size_t nrxq = std::min(nports_, rxqs.size());
+    for (std::size_t i = 0; i < nrxq; ++i) rxqs[i] = {ports_[i].cfg.port_id, queue_};
+    // Built here, on the lcore: it sets this thread's timer slack and epoll registrations.
+    IdleWaiter waiter(std::span<const RxQueueRef>(rxqs.data(), nrxq));
+    IdleConfig idle_cfg = idle_;
+    // Other workers' hand-offs come on a ring, which wakes nothing: no waits past max_sleep_us.
+    if (hand_out_) idle_cfg.deep_after_waits = UINT32_MAX;
+    IdleBackoff idle(idle_cfg, waiter.wakeable());
     rte_rcu_qsbr* rcu = shared_.rcu;
     const unsigned me = shared_.rcu_thread;
     if (rcu != nullptr) {
@@ -157,7 +165,7 @@ void Dataplane::run(const std::atomic<bool>& quit) {
             counters_.idle_sleeps.add();
             // Offline while asleep, so a control thread waiting for a grace period does not wait on us.
             if (rcu != nullptr) rte_rcu_qsbr_thread_offline(rcu, me);
-            rte_delay_us_sleep(us);
+            waiter.wait(us);
             if (rcu != nullptr) rte_rcu_qsbr_thread_online(rcu, me);
         }
     }

@@ -1,9 +1,17 @@
-// Adaptive polling: after a run of empty polls the lcore sleeps, doubling the nap up to a cap, so
-// idle gateways leave the CPU to others; the first packet resets it. `spin` never sleeps.
+// Adaptive polling: after a run of empty polls the lcore waits, so idle gateways leave the CPU to
+// others, and the first packet ends the wait. Where every RX queue it polls has a descriptor that
+// turns readable on traffic (an rx interrupt's event fd, or the af_packet / af_xdp socket), the
+// lcore blocks on those up to the longest nap and wakes on the packet; otherwise it naps, short and
+// precise while traffic is recent, doubling up to the cap once it is not. `spin` never waits.
 #pragma once
 
+#include <rte_config.h>
+
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace fedgate {
 
@@ -12,29 +20,112 @@ struct IdleConfig {
     uint32_t empty_polls_before_sleep = 256;
     uint32_t min_sleep_us = 1;
     uint32_t max_sleep_us = 200;
+    // Naps of min_sleep_us before they start doubling: a ping-pong's next packet comes within a
+    // few of them, so it never meets a long nap; an idle lcore gets past them in a few ms.
+    uint32_t warm_naps = 1024;
+    // Wakeable waits (traffic ends them) of max_sleep_us, this many in a row (about 50 ms),
+    // before they double up to deep_sleep_max_us: what an idle gateway costs then is a few
+    // hundred wake-ups a second. Only control requests and injected packets (rings, which wake
+    // nothing) wait that long, and only after 50 ms without a packet.
+    uint32_t deep_after_waits = 250;
+    uint32_t deep_sleep_max_us = 5000;
 };
 
 class IdleBackoff {
 public:
-    explicit IdleBackoff(IdleConfig c) : cfg_(c) {}
+    // `wakeable`: the wait ends on traffic, so it may as well be the longest at once.
+    explicit IdleBackoff(IdleConfig c, bool wakeable = false) : cfg_(c), wakeable_(wakeable) {}
 
-    // Called after every poll with the number of packets it handled. Returns how long to sleep
+    // Called after every poll with the number of packets it handled. Returns how long to wait
     // now, in microseconds (0: poll again at once).
     uint32_t after_poll(uint32_t handled) {
         if (handled != 0 || cfg_.spin) {
             empty_ = 0;
+            naps_ = 0;
             sleep_us_ = 0;
             return 0;
         }
-        if (++empty_ < cfg_.empty_polls_before_sleep) return 0;
+        if (empty_ < cfg_.empty_polls_before_sleep) ++empty_;
+        if (empty_ < cfg_.empty_polls_before_sleep) return 0;
+        if (wakeable_) {
+            if (naps_ < cfg_.deep_after_waits) {
+                ++naps_;
+                return sleep_us_ = cfg_.max_sleep_us;
+            }
+            const uint32_t deep = std::max(cfg_.deep_sleep_max_us, cfg_.max_sleep_us);
+            return sleep_us_ = sleep_us_ == 0 ? deep : std::min(std::max(sleep_us_ * 2, cfg_.max_sleep_us), deep);
+        }
+        if (naps_ < cfg_.warm_naps) {
+            ++naps_;
+            return sleep_us_ = cfg_.min_sleep_us;
+        }
         sleep_us_ = sleep_us_ == 0 ? cfg_.min_sleep_us : std::min(sleep_us_ * 2, cfg_.max_sleep_us);
         return sleep_us_;
     }
 
 private:
     IdleConfig cfg_;
+    bool wakeable_;
     uint32_t empty_ = 0;
+    uint32_t naps_ = 0;
     uint32_t sleep_us_ = 0;
+};
+
+// What wakes a waiting lcore when one RX queue gets a packet, recorded by port bring-up
+// (drivers/port.cpp) for the lcore that polls the queue. `interrupt`: an rx interrupt's event fd,
+// armed with rte_eth_dev_rx_intr_enable before each wait; otherwise a socket that poll() reports
+// readable while the queue holds packets.
+struct RxWakeSource {
+    int fd = -1;
+    bool interrupt = false;
+};
+
+inline constexpr uint16_t kMaxWakeQueues = 16;
+
+namespace detail {
+// Written at start-up before the lcores are launched (rte_eal_remote_launch orders it before their
+// reads) and when a port is closed after they stopped.
+inline std::array<std::array<RxWakeSource, kMaxWakeQueues>, RTE_MAX_ETHPORTS> g_rx_wake{};
+}  // namespace detail
+
+inline void record_rx_wake_source(uint16_t port_id, uint16_t queue, RxWakeSource s) {
+    if (port_id < RTE_MAX_ETHPORTS && queue < kMaxWakeQueues) detail::g_rx_wake[port_id][queue] = s;
+}
+inline RxWakeSource rx_wake_source(uint16_t port_id, uint16_t queue) {
+    return port_id < RTE_MAX_ETHPORTS && queue < kMaxWakeQueues ? detail::g_rx_wake[port_id][queue] : RxWakeSource{};
+}
+inline void forget_rx_wake_sources(uint16_t port_id) {
+    if (port_id < RTE_MAX_ETHPORTS) detail::g_rx_wake[port_id] = {};
+}
+
+struct RxQueueRef {
+    uint16_t port_id = 0;
+    uint16_t queue = 0;
+};
+
+// The waiting itself, for one lcore: blocks in ppoll on the queues' wake descriptors when every
+// queue has one, else sleeps. While it lives, the thread's timer slack is 1 µs instead of Linux's
+// default 50 µs, which would stretch every 1 µs nap to about 55 µs.
+class IdleWaiter {
+public:
+    static constexpr size_t kMaxPollFds = 64;
+
+    explicit IdleWaiter(std::span<const RxQueueRef> queues);
+    ~IdleWaiter();
+    IdleWaiter(const IdleWaiter&) = delete;
+    IdleWaiter& operator=(const IdleWaiter&) = delete;
+
+    // True when traffic on any of the queues ends a wait (every queue has a wake source).
+    bool wakeable() const { return wakeable_; }
+    // Waits up to `us` microseconds; returns true if a queue's descriptor turned readable.
+    bool wait(uint32_t us);
+
+private:
+    std::vector<RxQueueRef> interrupts_;  // queues to arm before waiting
+    std::vector<int> fds_;                // sockets, then the EAL epoll descriptor if any
+    int epfd_ = -1;
+    bool wakeable_ = false;
+    long saved_slack_ns_ = -1;
 };
 
 }  // namespace fedgate

@@ -1,14 +1,30 @@
 // Port bring-up through rte_dev_probe and the ethdev API.
 #include "drivers/port.hpp"
 
+#include <dirent.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
 #include <rte_bus.h>
 #include <rte_dev.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <vector>
+
+#include "dataplane/idle.hpp"
+
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
 
 namespace fedgate {
 namespace {
@@ -43,14 +59,140 @@ std::string devargs_for_queues(const std::string& device, uint16_t queues) {
     return device + "," + key + "=" + std::to_string(queues);
 }
 
+// ---- af_xdp: what the kernel and the interface must offer, checked before DPDK tries, because
+// the PMD's own failures reach us only as "cannot attach" with the reason in the EAL log.
+
+bool is_af_xdp(const std::string& device) { return device.rfind("net_af_xdp", 0) == 0; }
+bool is_af_packet(const std::string& device) { return device.rfind("net_af_packet", 0) == 0; }
+
+// The value of `key` in vdev devargs "name,k=v,k=v"; empty if absent.
+std::string devarg(const std::string& device, const std::string& key) {
+    size_t at = device.find(',');
+    while (at != std::string::npos) {
+        const size_t next = device.find(',', at + 1);
+        const std::string kv = device.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+        if (kv.rfind(key + "=", 0) == 0) return kv.substr(key.size() + 1);
+        at = next;
+    }
+    return {};
+}
+
+// The largest frame an af_xdp queue takes into one of `pool`'s mbufs: the PMD lays the umem over
+// the pool's objects, and the kernel writes a frame after the object header, the mbuf, its
+// headroom and XDP's own 256-byte headroom. Longer frames are dropped by the kernel.
+uint32_t af_xdp_max_frame(const rte_mempool* pool) {
+    const uint32_t obj = rte_mempool_calc_obj_size(pool->elt_size, pool->flags, nullptr);
+    const uint32_t before = pool->header_size + sizeof(rte_mbuf) + rte_pktmbuf_priv_size(const_cast<rte_mempool*>(pool)) +
+                            RTE_PKTMBUF_HEADROOM + 256;
+    return obj > before ? obj - before : 0;
+}
+
+void check_af_xdp(const PortSetup& s, const rte_mempool* pool) {
+    const std::string iface = devarg(s.device, "iface");
+    if (iface.empty()) fail(s, "af_xdp needs iface=<interface> in its devargs", EINVAL);
+    if (if_nametoindex(iface.c_str()) == 0)
+        fail(s, "af_xdp: no interface '" + iface + "' in this network namespace", ENODEV);
+    const int fd = ::socket(AF_XDP, SOCK_RAW, 0);
+    if (fd < 0) {
+        const int err = errno;
+        if (err == EAFNOSUPPORT)
+            fail(s, "af_xdp on '" + iface + "': this kernel has no XDP sockets (CONFIG_XDP_SOCKETS)", err);
+        fail(s, "af_xdp on '" + iface + "': cannot open an XDP socket (needs CAP_NET_RAW and CAP_BPF or root)", err);
+    }
+    ::close(fd);
+    std::ifstream mtu_file("/sys/class/net/" + iface + "/mtu");
+    uint32_t mtu = 0;
+    const uint32_t max_frame = af_xdp_max_frame(pool);
+    if (mtu_file >> mtu && mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN > max_frame)
+        fail(s, "af_xdp on '" + iface + "': its MTU " + std::to_string(mtu) + " is too large; an af_xdp port carries frames of at most " +
+                    std::to_string(max_frame) + " bytes with these mbufs (set the MTU to " +
+                    std::to_string(max_frame - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN) + " or less)",
+             EINVAL);
+}
+
+// After a failed af_xdp attach: the likely causes, since the PMD logs its reason but returns -1.
+[[noreturn]] void fail_af_xdp_attach(const PortSetup& s, int rc) {
+    const std::string iface = devarg(s.device, "iface");
+    fail(s, "cannot attach af_xdp to '" + iface + "' (see the pmd.net.af_xdp lines above; usual causes: another XDP program "
+            "is attached to '" + iface + "' (ip link set dev " + iface + " xdp off), a veth whose peer's MTU is over "
+            "about 3500 bytes, or queue= beyond the interface's RX queues)",
+         rc);
+}
+
+// ---- wake sources: what turns readable when an RX queue gets a packet, for idle lcores.
+
+// The socket descriptors of this process in `domain`, ascending.
+std::vector<int> sockets_of(int domain) {
+    std::vector<int> out;
+    DIR* d = ::opendir("/proc/self/fd");
+    if (d == nullptr) return out;
+    while (const dirent* e = ::readdir(d)) {
+        char* end = nullptr;
+        const long fd = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || fd == ::dirfd(d)) continue;
+        int dom = 0;
+        socklen_t len = sizeof dom;
+        if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &dom, &len) == 0 && dom == domain)
+            out.push_back(static_cast<int>(fd));
+    }
+    ::closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// The ifindex an AF_PACKET socket is bound to (0 if none).
+int packet_socket_ifindex(int fd) {
+    sockaddr_ll sll{};
+    socklen_t len = sizeof sll;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sll), &len) != 0) return 0;
+    return sll.sll_ifindex;
+}
+
+// The sockets the af_packet / af_xdp PMD opened for this port, one per queue pair in the order it
+// opened them (DPDK 22.11 offers no rx interrupts for either, but poll() on the socket says when
+// the queue holds packets). `before`: the process's AF_XDP sockets before the queues were set up.
+void record_socket_wake_sources(const PortSetup& s, const PortHandle& h, const rte_eth_dev_info& info,
+                                const std::vector<int>& xdp_before, uint16_t queues) {
+    std::vector<int> fds;
+    if (is_af_xdp(s.device)) {
+        for (const int fd : sockets_of(AF_XDP))
+            if (!std::binary_search(xdp_before.begin(), xdp_before.end(), fd)) fds.push_back(fd);
+    } else if (is_af_packet(s.device) && info.if_index != 0) {
+        for (const int fd : sockets_of(AF_PACKET))
+            if (packet_socket_ifindex(fd) == static_cast<int>(info.if_index)) fds.push_back(fd);
+    }
+    // Anything but one socket per queue, and we cannot tell which is whose: leave the lcore to nap.
+    if (fds.size() != queues) return;
+    for (uint16_t q = 0; q < queues; ++q) record_rx_wake_source(h.port_id, q, RxWakeSource{fds[q], false});
+}
+
+// Rx interrupts, of the vdevs here only net_tap's in DPDK 22.11 (af_packet, af_xdp, pcap, ring
+// and null have none; the sockets above stand in for af_packet's and af_xdp's). PCI NICs with
+// vfio-pci have them too, but a NIC without MSI-X vectors refuses to start with them asked for,
+// and no NIC here to try: they nap.
+bool wants_rx_interrupts(const std::string& driver) { return driver == "net_tap"; }
+
+void record_interrupt_wake_sources(const PortHandle& h, uint16_t queues) {
+    for (uint16_t q = 0; q < queues; ++q) {
+        const int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(h.port_id, q);
+        if (fd < 0) return;
+        record_rx_wake_source(h.port_id, q, RxWakeSource{fd, true});
+    }
+}
+
 }  // namespace
 
 PortHandle bring_up_port(const PortSetup& s, rte_mempool* pool) {
     PortHandle h;
     h.queues = s.queues == 0 ? 1 : s.queues;
+    if (is_af_xdp(s.device)) check_af_xdp(s, pool);
+    const std::vector<int> xdp_before = is_af_xdp(s.device) ? sockets_of(AF_XDP) : std::vector<int>{};
     if (!find_port(s.device, &h.port_id)) {
         const std::string devargs = devargs_for_queues(s.device, h.queues);
-        if (const int rc = rte_dev_probe(devargs.c_str()); rc < 0 && rc != -EEXIST) fail(s, "cannot attach", rc);
+        if (const int rc = rte_dev_probe(devargs.c_str()); rc < 0 && rc != -EEXIST) {
+            if (is_af_xdp(s.device)) fail_af_xdp_attach(s, rc);
+            fail(s, "cannot attach", rc);
+        }
         if (!find_port(s.device, &h.port_id)) fail(s, "attached, but no ethdev port appeared", ENODEV);
         h.attached_here = true;
     }
@@ -78,6 +220,7 @@ PortHandle bring_up_port(const PortSetup& s, rte_mempool* pool) {
         conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         h.rss = true;
     }
+    conf.intr_conf.rxq = wants_rx_interrupts(h.driver) ? 1 : 0;
     try {
         if (const int rc = rte_eth_dev_configure(h.port_id, h.queues, h.queues, &conf); rc != 0)
             fail(s, "cannot configure", rc);
@@ -87,8 +230,10 @@ PortHandle bring_up_port(const PortSetup& s, rte_mempool* pool) {
         const int socket = rte_eth_dev_socket_id(h.port_id);
         const unsigned sock = socket < 0 ? 0 : static_cast<unsigned>(socket);
         for (uint16_t q = 0; q < h.queues; ++q) {
-            if (const int rc = rte_eth_rx_queue_setup(h.port_id, q, rxd, sock, nullptr, pool); rc != 0)
+            if (const int rc = rte_eth_rx_queue_setup(h.port_id, q, rxd, sock, nullptr, pool); rc != 0) {
+                if (is_af_xdp(s.device)) fail_af_xdp_attach(s, rc);  // the XDP socket and program come here
                 fail(s, "cannot set up RX queue " + std::to_string(q), rc);
+            }
             if (const int rc = rte_eth_tx_queue_setup(h.port_id, q, txd, sock, nullptr); rc != 0)
                 fail(s, "cannot set up TX queue " + std::to_string(q), rc);
         }
@@ -100,6 +245,10 @@ PortHandle bring_up_port(const PortSetup& s, rte_mempool* pool) {
             rte_eth_dev_default_mac_addr_set(h.port_id, &h.mac);
         }
         if (const int rc = rte_eth_dev_start(h.port_id); rc != 0) fail(s, "cannot start", rc);
+        if (conf.intr_conf.rxq != 0)
+            record_interrupt_wake_sources(h, h.queues);
+        else
+            record_socket_wake_sources(s, h, info, xdp_before, h.queues);
     } catch (...) {
         close_port(h);
         throw;
@@ -111,6 +260,7 @@ void close_port(const PortHandle& h) {
     if (!rte_eth_dev_is_valid_port(h.port_id)) return;
     rte_eth_dev_info info{};
     rte_device* dev = rte_eth_dev_info_get(h.port_id, &info) == 0 ? info.device : nullptr;
+    forget_rx_wake_sources(h.port_id);
     rte_eth_dev_stop(h.port_id);
     rte_eth_dev_close(h.port_id);
     if (h.attached_here && dev != nullptr) rte_dev_remove(dev);

@@ -13,7 +13,7 @@ PKGS=(
   # the Python module and the federated-learning example
   pybind11-dev python3-dev python3-pytest python3-numpy python3-grpcio
   # test topology and traffic
-  iproute2 iputils-ping ethtool procps python3 python3-scapy iperf3 curl nftables tshark
+  iproute2 iputils-ping ethtool procps python3 python3-scapy iperf3 curl nftables tshark sockperf
   # the service and man pages: systemd-analyze verify, groff and man to render them
   systemd groff-base man-db
 )

@@ -2,6 +2,7 @@
 # tools/lab.sh — sourced by the demo and the integration tests: brings the two-party topology up,
 # starts both gateways in it, waits for them, and tears everything down again (also on failure).
 # Callers set LAB_PREFIX and LAB_BUILD (the CMake build dir) before calling lab_up.
+# LAB_PORTS=af_xdp puts net_af_xdp ports on the gateways instead of net_af_packet.
 # LAB_PARTIES=3 builds the three-party variant instead (tools/topo.sh --help): a third gateway C
 # (party gamma), all three joined by a bridge; lab_up then starts all three, and lab_start,
 # lab_stop and lab_ctl take c as well as a and b.
@@ -11,10 +12,22 @@ LAB_PREFIX=${LAB_PREFIX:-fg}
 LAB_BUILD=${LAB_BUILD:-$LAB_ROOT/build}
 LAB_TIMEOUT_S=${LAB_TIMEOUT_S:-60}
 LAB_PARTIES=${LAB_PARTIES:-2}
+# The gateways' port kind: af_packet or af_xdp (tools/topo.sh --ports).
+LAB_PORTS=${LAB_PORTS:-af_packet}
 
-# Always passes --parties, so that FEDGATE_TOPO_PARTIES in the caller's environment cannot change
-# the variant behind LAB_PARTIES' back.
-lab_topo() { "$LAB_ROOT/tools/topo.sh" --prefix "$LAB_PREFIX" --parties "$LAB_PARTIES" "$@"; }
+# Always passes --parties and --ports, so that FEDGATE_TOPO_PARTIES or FEDGATE_TOPO_PORTS in the
+# caller's environment cannot change the variant behind LAB_PARTIES' or LAB_PORTS' back.
+lab_topo() { "$LAB_ROOT/tools/topo.sh" --prefix "$LAB_PREFIX" --parties "$LAB_PARTIES" --ports "$LAB_PORTS" "$@"; }
+
+# Exits 77 (a ctest skip), saying why, when LAB_PORTS=af_xdp and this kernel cannot give XDP
+# sockets; a test calls it before lab_up.
+lab_need_port_kind() {
+    [[ $LAB_PORTS == af_xdp ]] || return 0
+    if ! python3 -c 'import socket; socket.socket(44, socket.SOCK_RAW, 0).close()' 2>/dev/null; then
+        echo "SKIP: af_xdp ports need XDP sockets, and this kernel refuses them (CONFIG_XDP_SOCKETS off, or no CAP_NET_RAW)"
+        exit 77
+    fi
+}
 
 # The gateways of the variant: a b, or a b c.
 lab_gateways() { if [[ $LAB_PARTIES == 3 ]]; then echo a b c; else echo a b; fi; }

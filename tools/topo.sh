@@ -4,7 +4,7 @@
 #
 # Builds (up), removes (down), shows (status) and describes (env) the parties'
 # private networks joined through their gateway namespaces, each gateway port a
-# bare veth end that a DPDK net_af_packet port drives. Two parties' gateways
+# bare veth end that a DPDK net_af_packet (or, with --ports af_xdp, net_af_xdp) port drives. Two parties' gateways
 # are joined by one veth pair; three parties' by a Linux bridge in a namespace
 # of its own. See --help.
 #
@@ -23,7 +23,7 @@ readonly A_EXT_IP=198.19.0.1 B_EXT_IP=198.19.0.2 C_EXT_IP=198.19.0.3 EXT_NET_LEN
 
 usage() {
     cat <<EOF
-Usage: $PROG [--prefix P] [--parties 2|3] up|down|status|env
+Usage: $PROG [--prefix P] [--parties 2|3] [--ports af_packet|af_xdp] up|down|status|env
        $PROG --help
 
 Builds the fedgate test topology in network namespaces. Two parties (the
@@ -72,7 +72,7 @@ and nodes as above):
   Every link is a veth pair. The node ends carry kernel addresses and a
   default route via their gateway. The gateway ends (Pa-in, Pa-ext, Pb-in,
   Pb-ext, Pc-in, Pc-ext) have NO kernel address: the DPDK gateway (fedgated,
-  net_af_packet on the veth end) owns the "gw ..." addresses and answers
+  net_af_packet or net_af_xdp on the veth end) owns the "gw ..." addresses and answers
   ARP/ICMP. The bridge and its ports (Pj-a, Pj-b, Pj-c) carry no address
   either; they only switch frames between the gateways. IPv6 is disabled in
   all namespaces; TX checksum offload (and TSO/GSO, and GRO on the gateway
@@ -106,11 +106,18 @@ Options:
                   (default: \$FEDGATE_TOPO_PREFIX, else "fg"), so that several
                   topologies (a test run and a demo) can coexist
   --parties 2|3   number of parties (default: \$FEDGATE_TOPO_PARTIES, else 2)
+  --ports KIND    the DPDK port kind the gateway configs put on the gateway
+                  ends: af_packet (default: \$FEDGATE_TOPO_PORTS, else
+                  af_packet; net_af_packet, a TPACKET ring) or af_xdp
+                  (net_af_xdp: an XDP socket, and an XDP program attached
+                  natively to the veth end, which then limits the MTU of its
+                  peer to about 3500 bytes; needs a kernel with XDP sockets)
   -h, --help      this text
 
 Environment:
   FEDGATE_TOPO_PREFIX   default prefix
   FEDGATE_TOPO_PARTIES  default number of parties
+  FEDGATE_TOPO_PORTS    default port kind (af_packet or af_xdp)
   FEDGATE_TOPO_STATE    state root (absolute); else \$STATE; else $DEFAULT_STATE_ROOT
   FEDGATE_TOPO_WORKERS  data-plane workers of every gateway (default 1); above 1 the EAL
                         gets --lcores with the workers floating over all CPUs
@@ -146,6 +153,7 @@ PREFIX=${FEDGATE_TOPO_PREFIX:-fg}
 PARTIES=${FEDGATE_TOPO_PARTIES:-2}
 WORKERS=${FEDGATE_TOPO_WORKERS:-1}
 [[ $WORKERS =~ ^([1-9]|1[0-6])$ ]] || { echo "topo.sh: FEDGATE_TOPO_WORKERS must be 1..16, not '$WORKERS'" >&2; exit 2; }
+PORTS=${FEDGATE_TOPO_PORTS:-af_packet}
 CMD=
 while (($#)); do
     case $1 in
@@ -158,6 +166,10 @@ while (($#)); do
             (($# >= 2)) || bad_usage "--parties needs a value"
             PARTIES=$2; shift 2 ;;
         --parties=*) PARTIES=${1#--parties=}; shift ;;
+        --ports)
+            (($# >= 2)) || bad_usage "--ports needs a value"
+            PORTS=$2; shift 2 ;;
+        --ports=*) PORTS=${1#--ports=}; shift ;;
         -*) bad_usage "unknown option: $1" ;;
         *)
             [[ -z $CMD ]] || bad_usage "one command only (got '$CMD' and '$1')"
@@ -173,11 +185,12 @@ if [[ ! $PREFIX =~ ^[a-z0-9]{1,4}$ ]]; then
     exit 2
 fi
 [[ $PARTIES == 2 || $PARTIES == 3 ]] || bad_usage "invalid number of parties '$PARTIES': must be 2 or 3"
+[[ $PORTS == af_packet || $PORTS == af_xdp ]] || bad_usage "invalid port kind '$PORTS': must be af_packet or af_xdp"
 
 STATE_ROOT=${FEDGATE_TOPO_STATE:-${STATE:-$DEFAULT_STATE_ROOT}}
 STATE_ROOT=${STATE_ROOT%/}
 [[ $STATE_ROOT == /?* ]] || { echo "$PROG: state root must be an absolute path: '$STATE_ROOT'" >&2; exit 2; }
-readonly PREFIX PARTIES STATE_ROOT
+readonly PREFIX PARTIES PORTS STATE_ROOT
 readonly STATE_DIR=$STATE_ROOT/$PREFIX
 
 readonly NS_A_NODE=$PREFIX-a-node NS_A_GW=$PREFIX-a-gw
@@ -350,6 +363,16 @@ veth() { # veth NS1 IF1 NS2 IF2
     ip -n "$1" link add "$2" type veth peer name "$4" netns "$3"
 }
 
+# port_device N IF: the devargs of gateway port N on veth end IF, of the chosen kind. af_xdp:
+# busy_budget=0, because the PMD's preferred busy polling makes a syscall per empty poll, which
+# the lcore's idle back-off would pay for on every poll of an idle gateway.
+port_device() {
+    case $PORTS in
+        af_packet) echo "net_af_packet$1,iface=$2,framecnt=4096" ;;
+        af_xdp) echo "net_af_xdp$1,iface=$2,busy_budget=0" ;;
+    esac
+}
+
 # write_conf file party id ns_label core in_if in_addr ext_if ext_addr \
 #            peer peer_id peer_addr key [peer peer_id peer_addr key ...]
 write_conf() {
@@ -364,10 +387,12 @@ write_conf() {
     else
         lcores="\"--lcores\", \"0@0,(1-$WORKERS)@(0-$(($(nproc) - 1)))\""
     fi
+    local tmp=$file.tmp.$$ in_dev ext_dev
+    in_dev=$(port_device 0 "$in_if") ext_dev=$(port_device 1 "$ext_if")
     {
     cat <<EOF
 # fedgate gateway config for party $party — written by tools/topo.sh
-# topology prefix "$PREFIX"; start with:
+# topology prefix "$PREFIX", $PORTS ports; start with:
 #   ip netns exec $PREFIX-$tag-gw fedgated --config $file
 [gateway]
 party = "$party"
@@ -385,13 +410,13 @@ workers = $WORKERS
 [[port]]
 name = "internal"
 role = "internal"
-device = "net_af_packet0,iface=$in_if,framecnt=4096"
+device = "$in_dev"
 address = "$in_addr"
 
 [[port]]
 name = "external"
 role = "external"
-device = "net_af_packet1,iface=$ext_if,framecnt=4096"
+device = "$ext_dev"
 address = "$ext_addr"
 EOF
     while (($#)); do

@@ -1,5 +1,9 @@
-// Adaptive polling: when an idle lcore starts to sleep, how the nap grows, and what resets it.
+// Adaptive polling: when an idle lcore starts to wait, how the nap grows, what resets it, and what
+// ends a wait on the RX queues' wake descriptors.
 #include <gtest/gtest.h>
+
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <vector>
@@ -11,7 +15,7 @@ namespace {
 using fedgate::IdleBackoff;
 using fedgate::IdleConfig;
 
-constexpr IdleConfig kBackoff{.spin = false, .empty_polls_before_sleep = 4, .min_sleep_us = 1, .max_sleep_us = 200};
+constexpr IdleConfig kBackoff{.spin = false, .empty_polls_before_sleep = 4, .min_sleep_us = 1, .max_sleep_us = 200, .warm_naps = 0};
 
 // The sleeps returned by `n` empty polls in a row.
 std::vector<uint32_t> empty_polls(IdleBackoff& b, int n) {
@@ -33,7 +37,7 @@ TEST(IdleBackoff, SleepDoublesFromMinToMaxAndStaysThere) {
 }
 
 TEST(IdleBackoff, DoublingIsCappedAtMaxEvenWhenMaxIsNotAPowerOfTwoTimesMin) {
-    IdleBackoff b(IdleConfig{.spin = false, .empty_polls_before_sleep = 1, .min_sleep_us = 10, .max_sleep_us = 50});
+    IdleBackoff b(IdleConfig{.spin = false, .empty_polls_before_sleep = 1, .min_sleep_us = 10, .max_sleep_us = 50, .warm_naps = 0});
     EXPECT_EQ(empty_polls(b, 6), (std::vector<uint32_t>{10, 20, 40, 50, 50, 50}));
 }
 
@@ -57,12 +61,141 @@ TEST(IdleBackoff, SpinNeverSleeps) {
     EXPECT_EQ(b.after_poll(5), 0u);
 }
 
-TEST(IdleBackoff, DefaultsSleepAfter256EmptyPollsUpTo200Us) {
+TEST(IdleBackoff, DefaultsSleepAfter256EmptyPollsThen1024ShortNapsThenDoubleUpTo200Us) {
     IdleBackoff b(IdleConfig{});
-    const std::vector<uint32_t> sleeps = empty_polls(b, 265);
+    const std::vector<uint32_t> sleeps = empty_polls(b, 255 + 1024 + 10);
     EXPECT_EQ(std::vector<uint32_t>(sleeps.begin(), sleeps.begin() + 255), std::vector<uint32_t>(255, 0));
-    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin() + 255, sleeps.end()),
-              (std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64, 128, 200, 200}));
+    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin() + 255, sleeps.begin() + 255 + 1024), std::vector<uint32_t>(1024, 1));
+    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin() + 255 + 1024, sleeps.end()),
+              (std::vector<uint32_t>{2, 4, 8, 16, 32, 64, 128, 200, 200, 200}));
+}
+
+TEST(IdleBackoff, WarmNapsStayAtTheMinimumBeforeDoubling) {
+    IdleBackoff b(IdleConfig{.spin = false, .empty_polls_before_sleep = 2, .min_sleep_us = 3, .max_sleep_us = 20, .warm_naps = 3});
+    EXPECT_EQ(empty_polls(b, 8), (std::vector<uint32_t>{0, 3, 3, 3, 6, 12, 20, 20}));
+}
+
+TEST(IdleBackoff, APacketDuringTheLongNapsGivesBackTheWarmNaps) {
+    IdleBackoff b(IdleConfig{.spin = false, .empty_polls_before_sleep = 1, .min_sleep_us = 1, .max_sleep_us = 200, .warm_naps = 2});
+    EXPECT_EQ(empty_polls(b, 5), (std::vector<uint32_t>{1, 1, 2, 4, 8}));
+    EXPECT_EQ(b.after_poll(1), 0u);
+    EXPECT_EQ(empty_polls(b, 4), (std::vector<uint32_t>{1, 1, 2, 4}));
+}
+
+TEST(IdleBackoff, WakeableWaitsAreTheLongestAtOnce) {
+    // Traffic ends the wait, so nothing is gained by short naps first.
+    IdleBackoff b(kBackoff, /*wakeable=*/true);
+    EXPECT_EQ(empty_polls(b, 6), (std::vector<uint32_t>{0, 0, 0, 200, 200, 200}));
+    EXPECT_EQ(b.after_poll(3), 0u);
+    EXPECT_EQ(empty_polls(b, 4), (std::vector<uint32_t>{0, 0, 0, 200}));
+}
+
+TEST(IdleBackoff, WakeableWaitsGrowToTheDeepCapAfterALongQuietStretch) {
+    IdleBackoff b(IdleConfig{.empty_polls_before_sleep = 1, .max_sleep_us = 200, .deep_after_waits = 3, .deep_sleep_max_us = 1000},
+                  /*wakeable=*/true);
+    EXPECT_EQ(empty_polls(b, 7), (std::vector<uint32_t>{200, 200, 200, 400, 800, 1000, 1000}));
+    EXPECT_EQ(b.after_poll(1), 0u);  // a packet: back to short waits
+    EXPECT_EQ(empty_polls(b, 4), (std::vector<uint32_t>{200, 200, 200, 400}));
+}
+
+TEST(IdleBackoff, ADeepCapBelowTheMaxNeverShortensAWakeableWait) {
+    IdleBackoff b(IdleConfig{.empty_polls_before_sleep = 1, .max_sleep_us = 200, .deep_after_waits = 1, .deep_sleep_max_us = 50},
+                  /*wakeable=*/true);
+    EXPECT_EQ(empty_polls(b, 4), (std::vector<uint32_t>{200, 200, 200, 200}));
+}
+
+TEST(IdleBackoff, NapsWithoutAWakeUpNeverGoPastTheMax) {
+    // The deep cap is for waits that traffic ends; a nap's length is a lone packet's delay.
+    IdleBackoff b(IdleConfig{.empty_polls_before_sleep = 1, .max_sleep_us = 8, .warm_naps = 0, .deep_after_waits = 1,
+                             .deep_sleep_max_us = 1000});
+    EXPECT_EQ(empty_polls(b, 6), (std::vector<uint32_t>{1, 2, 4, 8, 8, 8}));
+}
+
+TEST(IdleBackoff, WakeableSpinStillNeverWaits) {
+    IdleBackoff b(IdleConfig{.spin = true}, /*wakeable=*/true);
+    EXPECT_EQ(empty_polls(b, 500), std::vector<uint32_t>(500, 0));
+}
+
+TEST(IdleBackoff, TheEmptyPollCountDoesNotWrapOnALongIdleStretch) {
+    IdleBackoff b(IdleConfig{.spin = false, .empty_polls_before_sleep = 2, .min_sleep_us = 1, .max_sleep_us = 4, .warm_naps = 0});
+    empty_polls(b, 100'000);
+    EXPECT_EQ(b.after_poll(0), 4u);
+}
+
+// ---- the wake sources and the waiter (no timing asserted: only what ended a wait) ----
+
+TEST(RxWakeSource, RecordedPerPortAndQueueAndForgottenPerPort) {
+    fedgate::record_rx_wake_source(3, 0, {17, false});
+    fedgate::record_rx_wake_source(3, 1, {18, true});
+    EXPECT_EQ(fedgate::rx_wake_source(3, 0).fd, 17);
+    EXPECT_TRUE(fedgate::rx_wake_source(3, 1).interrupt);
+    EXPECT_EQ(fedgate::rx_wake_source(4, 0).fd, -1);
+    fedgate::forget_rx_wake_sources(3);
+    EXPECT_EQ(fedgate::rx_wake_source(3, 0).fd, -1);
+    EXPECT_EQ(fedgate::rx_wake_source(3, 1).fd, -1);
+}
+
+TEST(RxWakeSource, OutOfRangePortsAndQueuesAreIgnored) {
+    fedgate::record_rx_wake_source(RTE_MAX_ETHPORTS, 0, {5, false});
+    fedgate::record_rx_wake_source(0, fedgate::kMaxWakeQueues, {5, false});
+    EXPECT_EQ(fedgate::rx_wake_source(RTE_MAX_ETHPORTS, 0).fd, -1);
+    EXPECT_EQ(fedgate::rx_wake_source(0, fedgate::kMaxWakeQueues).fd, -1);
+}
+
+class IdleWaiterTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_EQ(::pipe(a_), 0);
+        ASSERT_EQ(::pipe(b_), 0);
+        fedgate::record_rx_wake_source(7, 0, {a_[0], false});
+        fedgate::record_rx_wake_source(8, 0, {b_[0], false});
+    }
+    void TearDown() override {
+        fedgate::forget_rx_wake_sources(7);
+        fedgate::forget_rx_wake_sources(8);
+        for (int fd : {a_[0], a_[1], b_[0], b_[1]}) ::close(fd);
+    }
+    int a_[2]{-1, -1};
+    int b_[2]{-1, -1};
+};
+
+TEST_F(IdleWaiterTest, WakeableOnlyWhenEveryQueueHasASource) {
+    const std::vector<fedgate::RxQueueRef> both{{7, 0}, {8, 0}};
+    const std::vector<fedgate::RxQueueRef> one_without{{7, 0}, {9, 0}};
+    EXPECT_TRUE(fedgate::IdleWaiter(both).wakeable());
+    EXPECT_FALSE(fedgate::IdleWaiter(one_without).wakeable());
+    EXPECT_FALSE(fedgate::IdleWaiter(std::vector<fedgate::RxQueueRef>{}).wakeable());
+}
+
+TEST_F(IdleWaiterTest, TrafficOnAnyQueueEndsTheWait) {
+    const std::vector<fedgate::RxQueueRef> both{{7, 0}, {8, 0}};
+    fedgate::IdleWaiter w(both);
+    ASSERT_EQ(::write(b_[1], "x", 1), 1);
+    // A wait of an hour that returns says the descriptor ended it.
+    EXPECT_TRUE(w.wait(3'600'000'000u));
+}
+
+TEST_F(IdleWaiterTest, AWaitWithoutTrafficEndsByItsTimeout) {
+    const std::vector<fedgate::RxQueueRef> both{{7, 0}, {8, 0}};
+    fedgate::IdleWaiter w(both);
+    EXPECT_FALSE(w.wait(100));
+}
+
+TEST_F(IdleWaiterTest, NotWakeableSleepsAndReportsNoTraffic) {
+    const std::vector<fedgate::RxQueueRef> none{{9, 0}};
+    fedgate::IdleWaiter w(none);
+    ASSERT_EQ(::write(a_[1], "x", 1), 1);  // not watched: a queue without a source means naps
+    EXPECT_FALSE(w.wait(10));
+}
+
+TEST_F(IdleWaiterTest, TightensTheTimerSlackWhileItLivesAndRestoresIt) {
+    const int before = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    {
+        const std::vector<fedgate::RxQueueRef> none{{9, 0}};
+        fedgate::IdleWaiter w(none);
+        EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 1000);
+    }
+    EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), before);
 }
 
 }  // namespace

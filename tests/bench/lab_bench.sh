@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# tests/bench/lab_bench.sh — the two-party lab through fedgate beside a pair of Linux kernel
+# gateways doing the same port map, on the same kind of namespaces and veths, in one run.
+#
+# The reference: tools/topo.sh's topology (its own prefix), but the gateway namespaces route in the
+# kernel: addresses on the gateway ends, ip_forward on, and nftables doing the port map, gateway
+# A DNAT A_IN:port -> B_EXT:peer-port and SNAT to A_EXT, gateway B DNAT B_EXT:peer-port ->
+# node:port and SNAT to B_IN (the full NAT fedgate does). Then the same topology with fedgated on
+# both gateways (tools/lab.sh) and the same mappings made with fedgatectl, once per port kind.
+# Measured from node a to node b in each, one after the other:
+#   - throughput: iperf3, one TCP stream;
+#   - ping-pong: sockperf TCP ping-pong, 64-byte messages, round trip = 2 x sockperf's median
+#     latency (it reports half a round trip);
+#   - short connections per second: connect + close in a loop from python3 on node a to a
+#     listener on node b that accepts and closes;
+#   - idle CPU: each fedgated's CPU time (utime + stime from /proc/PID/stat) over a quiet
+#     stretch after the traffic, as ms of CPU per second.
+# Reported: a table of the figures and the ratios fedgate / kernel.
+#
+# usage: lab_bench.sh BUILD_DIR [SECONDS] [--ports "af_packet af_xdp"] [--idle backoff|spin]
+#                                                           (root; about 2 minutes at 10 s)
+#        lab_bench.sh BUILD_DIR --smoke    (CI: a second or two each; checks it runs and reports)
+set -euo pipefail
+BUILD=$(realpath "${1:?usage: lab_bench.sh BUILD_DIR [SECONDS] [--ports KINDS] | --smoke}")
+shift
+SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff
+while (($#)); do
+    case $1 in
+        --smoke) SMOKE=1; shift ;;
+        --ports) KINDS=${2:?--ports needs a list}; shift 2 ;;
+        --idle) IDLE=${2:?--idle needs backoff or spin}; shift 2 ;;
+        *) SECS=$1; shift ;;
+    esac
+done
+if ((SMOKE)); then
+    source "$(dirname "$0")/smoke.sh"
+    bench_smoke_guard "$BUILD" "network namespaces"
+    SECS=1 IDLE_S=1
+fi
+[[ $IDLE == backoff || $IDLE == spin ]] || { echo "lab_bench: --idle is backoff or spin" >&2; exit 2; }
+[[ $SECS =~ ^[0-9]+$ ]] && ((SECS >= 1)) || { echo "lab_bench: SECONDS must be an integer >= 1" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "lab_bench: run as root (network namespaces)" >&2; exit 1; }
+for tool in iperf3 sockperf nft python3; do
+    command -v $tool >/dev/null || { echo "lab_bench: needs $tool (tools/deps.sh installs it)" >&2; exit 1; }
+done
+if [[ $KINDS == *af_xdp* ]] && ! python3 -c 'import socket; socket.socket(44, socket.SOCK_RAW, 0).close()' 2>/dev/null; then
+    echo "lab_bench: this kernel has no XDP sockets: measuring af_packet only" >&2
+    KINDS=${KINDS//af_xdp/}
+fi
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+LAB_BUILD=$BUILD
+LAB_PREFIX=fb$((RANDOM % 100))
+LAB_TIMEOUT_S=120
+source "$ROOT/tools/lab.sh"
+KPREFIX=kp$((RANDOM % 100))
+WORK=$(mktemp -d)
+PIDS=()
+stop_pids() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    PIDS=()
+}
+cleanup() {
+    stop_pids
+    lab_down
+    "$ROOT/tools/topo.sh" --prefix "$KPREFIX" down >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# The services on node b and the ports node a dials at its gateway (the mapped ports).
+readonly IPERF_PORT=5201 SP_PORT=11111 CPS_PORT=7000
+readonly A_IPERF=9201 A_SP=9202 A_CPS=9203           # on A_IN
+readonly B_IPERF=19201 B_SP=19202 B_CPS=19203        # on B_EXT
+
+# ---- the kernel gateway pair ----------------------------------------------------------------
+kernel_pair_up() {
+    "$ROOT/tools/topo.sh" --prefix "$KPREFIX" up >/dev/null
+    eval "$("$ROOT/tools/topo.sh" --prefix "$KPREFIX" env)"
+    ip -n "$NS_A_GW" addr add "$A_IN_IP/24" dev "$A_IN_IF"
+    ip -n "$NS_A_GW" addr add "$A_EXT_IP/24" dev "$A_EXT_IF"
+    ip -n "$NS_B_GW" addr add "$B_IN_IP/24" dev "$B_IN_IF"
+    ip -n "$NS_B_GW" addr add "$B_EXT_IP/24" dev "$B_EXT_IF"
+    ip netns exec "$NS_A_GW" sysctl -q -w net.ipv4.ip_forward=1
+    ip netns exec "$NS_B_GW" sysctl -q -w net.ipv4.ip_forward=1
+    ip netns exec "$NS_A_GW" nft -f - <<NFT
+table ip portmap {
+    chain pre {
+        type nat hook prerouting priority dstnat;
+        ip daddr $A_IN_IP tcp dport $A_IPERF dnat to $B_EXT_IP:$B_IPERF
+        ip daddr $A_IN_IP tcp dport $A_SP dnat to $B_EXT_IP:$B_SP
+        ip daddr $A_IN_IP tcp dport $A_CPS dnat to $B_EXT_IP:$B_CPS
+    }
+    chain post {
+        type nat hook postrouting priority srcnat;
+        oifname "$A_EXT_IF" snat to $A_EXT_IP
+    }
+}
+NFT
+    ip netns exec "$NS_B_GW" nft -f - <<NFT
+table ip portmap {
+    chain pre {
+        type nat hook prerouting priority dstnat;
+        ip daddr $B_EXT_IP tcp dport $B_IPERF dnat to $B_NODE_IP:$IPERF_PORT
+        ip daddr $B_EXT_IP tcp dport $B_SP dnat to $B_NODE_IP:$SP_PORT
+        ip daddr $B_EXT_IP tcp dport $B_CPS dnat to $B_NODE_IP:$CPS_PORT
+    }
+    chain post {
+        type nat hook postrouting priority srcnat;
+        oifname "$B_IN_IF" snat to $B_IN_IP
+    }
+}
+NFT
+}
+kernel_pair_down() { "$ROOT/tools/topo.sh" --prefix "$KPREFIX" down >/dev/null 2>&1 || true; }
+
+# ---- fedgate with one port kind ---------------------------------------------------------------
+# The gateways' [dataplane] idle (topo.sh writes "backoff"), before they start.
+lab_edit_configs() {
+    sed -i "s/^idle = \"backoff\"/idle = \"$IDLE\"/" "$A_CONF" "$B_CONF"
+    [[ -z ${LAB_BENCH_B_CPU:-} ]] || sed -i "s/\"-l\", \"1\"/\"-l\", \"$LAB_BENCH_B_CPU\"/" "$B_CONF"
+}
+fedgate_up() { # fedgate_up KIND
+    LAB_PORTS=$1
+    lab_up
+    local m
+    for m in "$A_IPERF:$B_IPERF:$IPERF_PORT" "$A_SP:$B_SP:$SP_PORT" "$A_CPS:$B_CPS:$CPS_PORT"; do
+        IFS=: read -r a b n <<<"$m"
+        lab_ctl a map add import --cluster "b$a" --proto tcp --port "$a" --peer beta --peer-port "$b" >/dev/null
+        lab_ctl b map add export --cluster "b$a" --proto tcp --port "$b" --node "$B_NODE_IP:$n" >/dev/null
+    done
+}
+fedgate_down() { lab_down; }
+
+# ---- the measurements, the same for every setup (node a -> its gateway's mapped ports) ----------
+# Sets TPUT (Mbit/s), RTT (us), CPS (connections/s).
+measure() {
+    local label=$1
+    # Node a may reuse TIME_WAIT ports for new connections, as both setups see the same churn.
+    ip netns exec "$NS_A_NODE" sysctl -q -w net.ipv4.tcp_tw_reuse=1
+    ip netns exec "$NS_B_NODE" iperf3 -s -B "$B_NODE_IP" -p "$IPERF_PORT" >/dev/null 2>&1 &
+    PIDS+=($!)
+    ip netns exec "$NS_B_NODE" sockperf server --tcp -i "$B_NODE_IP" -p "$SP_PORT" >"$WORK/sp-server.log" 2>&1 &
+    PIDS+=($!)
+    ip netns exec "$NS_B_NODE" python3 - "$B_NODE_IP" "$CPS_PORT" >/dev/null 2>&1 <<'PY' &
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(1024)
+while True:
+    c, _ = s.accept()
+    c.close()
+PY
+    PIDS+=($!)
+    lab_wait "the servers on node b" bash -c "ip netns exec '$NS_B_NODE' ss -ltn | grep -q ':$IPERF_PORT' &&
+        ip netns exec '$NS_B_NODE' ss -ltn | grep -q ':$SP_PORT' && ip netns exec '$NS_B_NODE' ss -ltn | grep -q ':$CPS_PORT'"
+    # Through the port map end to end before timing anything (ARP, first sessions).
+    lab_wait "a connection through the $label port map" ip netns exec "$NS_A_NODE" python3 -c \
+        "import socket; socket.create_connection(('$A_IN_IP', $A_CPS), timeout=2).close()"
+
+    ip netns exec "$NS_A_NODE" timeout $((SECS + 30)) iperf3 -c "$A_IN_IP" -p "$A_IPERF" -t "$SECS" -J >"$WORK/iperf.json" || true
+    TPUT=$(python3 -c "import json; r = json.load(open('$WORK/iperf.json')); print(f\"{r['end']['sum_received']['bits_per_second'] / 1e6:.0f}\")" 2>/dev/null || echo 0)
+
+    ip netns exec "$NS_A_NODE" timeout $((SECS + 30)) sockperf ping-pong --tcp -i "$A_IN_IP" -p "$A_SP" -t "$SECS" -m 64 \
+        >"$WORK/sp.log" 2>&1 || true
+    RTT=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/sp.log" | awk '/percentile 50.000 =/ { printf "%.1f", 2 * $NF; found = 1 } END { if (!found) print 0 }')
+
+    CPS=$(ip netns exec "$NS_A_NODE" timeout $((SECS + 30)) python3 - "$A_IN_IP" "$A_CPS" "$SECS" <<'PY' || echo 0
+import socket, sys, time
+host, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+n, end = 0, time.perf_counter() + secs
+t0 = time.perf_counter()
+while time.perf_counter() < end:
+    s = socket.create_connection((host, port), timeout=5)
+    s.close()
+    n += 1
+print(f"{n / (time.perf_counter() - t0):.0f}")
+PY
+)
+    stop_pids
+}
+
+# CPU time of PID in ms over IDLE_S quiet seconds, per second.
+idle_cpu() {
+    python3 - "$1" "$IDLE_S" <<'PY'
+import os, sys, time
+pid, secs = sys.argv[1], float(sys.argv[2])
+tick = os.sysconf("SC_CLK_TCK")
+def cpu():
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / tick
+t0, c0 = time.monotonic(), cpu()
+time.sleep(secs)
+t1, c1 = time.monotonic(), cpu()
+print(f"{(c1 - c0) / (t1 - t0) * 1000:.1f}")
+PY
+}
+
+echo "== lab_bench: $SECS s each, idle = $IDLE, $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
+kernel_pair_up
+measure kernel
+K_TPUT=$TPUT K_RTT=$RTT K_CPS=$CPS
+kernel_pair_down
+echo "  kernel pair: $K_TPUT Mbit/s, round trip $K_RTT us, $K_CPS connections/s"
+
+ROWS=()
+ratio() { python3 -c "a, b = float('$1'), float('$2'); print(f'{a / b:.2f}' if b > 0 else 'n/a')"; }
+for kind in $KINDS; do
+    fedgate_up "$kind"
+    measure "fedgate $kind"
+    # Quiet now: how much CPU the idle gateways burn.
+    cpu_a=$(idle_cpu "$LAB_PID_A") cpu_b=$(idle_cpu "$LAB_PID_B")
+    fedgate_down
+    echo "  fedgate $kind: $TPUT Mbit/s, round trip $RTT us, $CPS connections/s; idle CPU A $cpu_a ms/s, B $cpu_b ms/s"
+    ROWS+=("$kind|$TPUT|$RTT|$CPS|$cpu_a|$cpu_b")
+done
+
+echo
+echo "== lab comparison (fedgate / kernel pair; throughput and connections: higher is better, round trip: lower)"
+printf '| %-22s | %14s | %15s | %14s | %21s |\n' "setup" "iperf3 Mbit/s" "round trip us" "connections/s" "idle CPU ms/s (A, B)"
+printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..24})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..17})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..23})"
+printf '| %-22s | %14s | %15s | %14s | %21s |\n' "kernel pair (nftables)" "$K_TPUT" "$K_RTT" "$K_CPS" "-"
+for row in "${ROWS[@]}"; do
+    IFS='|' read -r kind t r c ca cb <<<"$row"
+    printf '| %-22s | %14s | %15s | %14s | %21s |\n' "fedgate $kind" "$t" "$r" "$c" "$ca, $cb"
+    printf '| %-22s | %14s | %15s | %14s | %21s |\n' "  ratio" "$(ratio "$t" "$K_TPUT")" "$(ratio "$r" "$K_RTT")" "$(ratio "$c" "$K_CPS")" ""
+done
+
+if ((SMOKE)); then
+    # Only that every setup moved traffic of each kind (never how fast).
+    for row in "kernel|$K_TPUT|$K_RTT|$K_CPS|0|0" "${ROWS[@]}"; do
+        IFS='|' read -r kind t r c _ _ <<<"$row"
+        for f in "$t" "$r" "$c"; do
+            python3 -c "import sys; sys.exit(0 if float('$f') > 0 else 1)" ||
+                { echo "lab_bench: $kind measured nothing (iperf3 $t, round trip $r, connections $c)" >&2; exit 1; }
+        done
+    done
+    echo "lab_bench: smoke run complete"
+fi
