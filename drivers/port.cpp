@@ -10,13 +10,13 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -62,6 +62,8 @@ std::string devargs_for_queues(const std::string& device, uint16_t queues) {
 // ---- af_xdp: what the kernel and the interface must offer, checked before DPDK tries, because
 // the PMD's own failures reach us only as "cannot attach" with the reason in the EAL log.
 
+constexpr unsigned kAfXdpFillMbufs = 2048;  // the PMD's ETH_AF_XDP_DFLT_NUM_DESCS
+
 bool is_af_xdp(const std::string& device) { return device.rfind("net_af_xdp", 0) == 0; }
 bool is_af_packet(const std::string& device) { return device.rfind("net_af_packet", 0) == 0; }
 
@@ -87,7 +89,7 @@ uint32_t af_xdp_max_frame(const rte_mempool* pool) {
     return obj > before ? obj - before : 0;
 }
 
-void check_af_xdp(const PortSetup& s, const rte_mempool* pool) {
+void check_af_xdp(const PortSetup& s, const rte_mempool* pool, uint16_t queues) {
     const std::string iface = devarg(s.device, "iface");
     if (iface.empty()) fail(s, "af_xdp needs iface=<interface> in its devargs", EINVAL);
     if (if_nametoindex(iface.c_str()) == 0)
@@ -100,10 +102,21 @@ void check_af_xdp(const PortSetup& s, const rte_mempool* pool) {
         fail(s, "af_xdp on '" + iface + "': cannot open an XDP socket (needs CAP_NET_RAW and CAP_BPF or root)", err);
     }
     ::close(fd);
-    std::ifstream mtu_file("/sys/class/net/" + iface + "/mtu");
-    uint32_t mtu = 0;
+    // The fill ring is filled with this many of the pool's mbufs when the queue is set up.
+    if (const unsigned free = rte_mempool_avail_count(pool); free < kAfXdpFillMbufs * queues)
+        fail(s, "af_xdp on '" + iface + "': its fill ring takes " + std::to_string(kAfXdpFillMbufs) + " mbufs per queue (" +
+                    std::to_string(queues) + " queue(s)) and the pool has " +
+                    std::to_string(free) + " free (raise [dataplane] mbufs)",
+             ENOBUFS);
+    // The MTU by ioctl, not sysfs: /sys may show another network namespace.
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, iface.c_str(), IFNAMSIZ - 1);
+    const int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const bool have_mtu = sock >= 0 && ::ioctl(sock, SIOCGIFMTU, &ifr) == 0;
+    if (sock >= 0) ::close(sock);
+    const uint32_t mtu = have_mtu ? static_cast<uint32_t>(ifr.ifr_mtu) : 0;
     const uint32_t max_frame = af_xdp_max_frame(pool);
-    if (mtu_file >> mtu && mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN > max_frame)
+    if (have_mtu && mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN > max_frame)
         fail(s, "af_xdp on '" + iface + "': its MTU " + std::to_string(mtu) + " is too large; an af_xdp port carries frames of at most " +
                     std::to_string(max_frame) + " bytes with these mbufs (set the MTU to " +
                     std::to_string(max_frame - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN) + " or less)",
@@ -185,7 +198,7 @@ void record_interrupt_wake_sources(const PortHandle& h, uint16_t queues) {
 PortHandle bring_up_port(const PortSetup& s, rte_mempool* pool) {
     PortHandle h;
     h.queues = s.queues == 0 ? 1 : s.queues;
-    if (is_af_xdp(s.device)) check_af_xdp(s, pool);
+    if (is_af_xdp(s.device)) check_af_xdp(s, pool, h.queues);
     const std::vector<int> xdp_before = is_af_xdp(s.device) ? sockets_of(AF_XDP) : std::vector<int>{};
     if (!find_port(s.device, &h.port_id)) {
         const std::string devargs = devargs_for_queues(s.device, h.queues);

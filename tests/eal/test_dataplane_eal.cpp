@@ -7,6 +7,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
+#include <linux/if_packet.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <chrono>
@@ -886,6 +888,175 @@ TEST_F(RoceDataplaneTest, ARemovedTranslationPassesNothing) {
     dp_->poll_once();
     EXPECT_TRUE(sent(1).empty());
     EXPECT_EQ(drops(0, DropReason::roce_no_translation), 1u);
+}
+
+// ---- what wakes an idle lcore: each port kind's wake source ------------------------------------
+
+// af_xdp fills its fill ring with 2048 mbufs per port: more than g_pool has.
+rte_mempool* xdp_pool() {
+    static rte_mempool* pool = rte_pktmbuf_pool_create("xdp_mbufs", 8191, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+    return pool;
+}
+
+// A veth pair in the test's own namespace (made by iproute2, as the lab does), removed at the end.
+class VethPair {
+public:
+    explicit VethPair(const std::string& name) : a_(name + "a"), b_(name + "b") {
+        ok_ = std::system(("ip link add " + a_ + " type veth peer name " + b_ + " && ip link set " + a_ + " up && ip link set " + b_ +
+                           " up").c_str()) == 0;
+    }
+    ~VethPair() { std::system(("ip link del " + a_ + " 2>/dev/null").c_str()); }
+    bool ok() const { return ok_; }
+    const std::string& a() const { return a_; }
+    const std::string& b() const { return b_; }
+
+private:
+    std::string a_, b_;
+    bool ok_ = false;
+};
+
+// Sends one broadcast frame of a local experimental EtherType out of `iface`, from the kernel side.
+void send_frame_on(const std::string& iface) {
+    const int fd = ::socket(AF_PACKET, SOCK_RAW, 0);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    sockaddr_ll sll{};
+    sll.sll_family = AF_PACKET;
+    sll.sll_ifindex = static_cast<int>(if_nametoindex(iface.c_str()));
+    sll.sll_halen = 6;
+    std::vector<uint8_t> frame(60, 0);
+    std::memset(frame.data(), 0xff, 6);
+    const uint8_t src[6] = {0x02, 0, 0, 0, 0x77, 0x01};
+    std::memcpy(frame.data() + 6, src, 6);
+    frame[12] = 0x88;
+    frame[13] = 0xb5;
+    ASSERT_EQ(::sendto(fd, frame.data(), frame.size(), 0, reinterpret_cast<sockaddr*>(&sll), sizeof sll),
+              static_cast<ssize_t>(frame.size()))
+        << std::strerror(errno);
+    ::close(fd);
+}
+
+// Polls the port until a frame of that EtherType arrives (or 10 s pass); frees what it reads.
+bool receive_marked_frame(uint16_t port_id) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+        rte_mbuf* pkts[32];
+        const uint16_t n = rte_eth_rx_burst(port_id, 0, pkts, 32);
+        bool found = false;
+        for (uint16_t i = 0; i < n; ++i) {
+            const auto* d = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
+            found = found || (rte_pktmbuf_data_len(pkts[i]) >= 14 && d[12] == 0x88 && d[13] == 0xb5);
+            rte_pktmbuf_free(pkts[i]);
+        }
+        if (found) return true;
+    }
+    return false;
+}
+
+// The wake source of a port's queue 0 ends an hour-long wait when a frame arrives on it, and the
+// frame is then there to read; closing the port forgets the source.
+void expect_traffic_wakes(const PortHandle& h, const std::string& kernel_side, bool interrupt) {
+    const RxWakeSource src = rx_wake_source(h.port_id, 0);
+    ASSERT_GE(src.fd, 0) << "no wake source recorded for " << h.driver;
+    EXPECT_EQ(src.interrupt, interrupt);
+    const RxQueueRef q{h.port_id, 0};
+    IdleWaiter waiter(std::span<const RxQueueRef>(&q, 1));
+    ASSERT_TRUE(waiter.wakeable());
+    send_frame_on(kernel_side);
+    EXPECT_TRUE(waiter.wait(3'600'000'000u)) << "the wait ended without the descriptor turning readable";
+    EXPECT_TRUE(receive_marked_frame(h.port_id));
+}
+
+TEST(PortWakeSource, AfPacketSocketWakesOnAFrame) {
+    VethPair veth("fgwp");
+    ASSERT_TRUE(veth.ok());
+    const PortHandle h = bring_up_port(PortSetup{"p", "net_af_packet_w0,iface=" + veth.a()}, g_pool);
+    expect_traffic_wakes(h, veth.b(), false);
+    close_port(h);
+    EXPECT_EQ(rx_wake_source(h.port_id, 0).fd, -1);
+}
+
+TEST(PortWakeSource, AfXdpSocketWakesOnAFrame) {
+    const int probe = ::socket(44 /* AF_XDP */, SOCK_RAW, 0);
+    if (probe < 0) GTEST_SKIP() << "this kernel has no XDP sockets: " << std::strerror(errno);
+    ::close(probe);
+    VethPair veth("fgwx");
+    ASSERT_TRUE(veth.ok());
+    const PortHandle h = bring_up_port(PortSetup{"x", "net_af_xdp_w0,iface=" + veth.a() + ",busy_budget=0"}, xdp_pool());
+    EXPECT_EQ(h.driver, "net_af_xdp");
+    expect_traffic_wakes(h, veth.b(), false);
+    close_port(h);
+    EXPECT_EQ(rx_wake_source(h.port_id, 0).fd, -1);
+}
+
+TEST(PortWakeSource, TapRxInterruptWakesOnAFrame) {
+    const PortHandle h = bring_up_port(PortSetup{"t", "net_tap_w0,iface=fgtapw0"}, g_pool);
+    ASSERT_EQ(std::system("ip link set fgtapw0 up"), 0);
+    expect_traffic_wakes(h, "fgtapw0", true);
+    close_port(h);
+}
+
+TEST(PortWakeSource, RingPortsHaveNoneSoTheLcoreNaps) {
+    const PortHandle h = bring_up_port(PortSetup{"r", "net_ring_w0"}, g_pool);
+    EXPECT_EQ(rx_wake_source(h.port_id, 0).fd, -1);
+    const RxQueueRef q{h.port_id, 0};
+    EXPECT_FALSE(IdleWaiter(std::span<const RxQueueRef>(&q, 1)).wakeable());
+    close_port(h);
+}
+
+// ---- af_xdp refusals name the interface and the cause ---------------------------------------------
+
+std::string bring_up_error(const std::string& device, rte_mempool* pool) {
+    try {
+        close_port(bring_up_port(PortSetup{"ext", device}, pool));
+    } catch (const PortError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(PortAfXdp, AMissingInterfaceIsNamed) {
+    const std::string e = bring_up_error("net_af_xdp_e0,iface=fgnosuch0", xdp_pool());
+    EXPECT_NE(e.find("no interface 'fgnosuch0' in this network namespace"), std::string::npos) << e;
+    EXPECT_NE(e.find("port 'ext'"), std::string::npos) << e;
+}
+
+TEST(PortAfXdp, DevargsWithoutAnInterfaceAreRefused) {
+    const std::string e = bring_up_error("net_af_xdp_e1", xdp_pool());
+    EXPECT_NE(e.find("af_xdp needs iface=<interface>"), std::string::npos) << e;
+}
+
+TEST(PortAfXdp, AnMtuTooLargeForTheMbufsIsRefusedWithTheLimit) {
+    const int probe = ::socket(44 /* AF_XDP */, SOCK_RAW, 0);
+    if (probe < 0) GTEST_SKIP() << "this kernel has no XDP sockets: " << std::strerror(errno);
+    ::close(probe);
+    VethPair veth("fgwm");
+    ASSERT_TRUE(veth.ok());
+    ASSERT_EQ(std::system(("ip link set " + veth.a() + " mtu 3000").c_str()), 0);
+    const std::string e = bring_up_error("net_af_xdp_e2,iface=" + veth.a(), xdp_pool());
+    EXPECT_NE(e.find("its MTU 3000 is too large"), std::string::npos) << e;
+    EXPECT_NE(e.find("'" + veth.a() + "'"), std::string::npos) << e;
+}
+
+TEST(PortAfXdp, APoolTooSmallForTheFillRingIsRefusedWithTheCount) {
+    VethPair veth("fgwf");
+    ASSERT_TRUE(veth.ok());
+    const std::string e = bring_up_error("net_af_xdp_e3,iface=" + veth.a(), g_pool);  // 2047 mbufs
+    EXPECT_NE(e.find("its fill ring takes 2048 mbufs per queue (1 queue(s)) and the pool has"), std::string::npos) << e;
+    EXPECT_NE(e.find("'" + veth.a() + "'"), std::string::npos) << e;
+}
+
+TEST(PortAfXdp, AnInterfaceWithAnotherXdpProgramIsRefusedWithTheCause) {
+    const int probe = ::socket(44 /* AF_XDP */, SOCK_RAW, 0);
+    if (probe < 0) GTEST_SKIP() << "this kernel has no XDP sockets: " << std::strerror(errno);
+    ::close(probe);
+    VethPair veth("fgwo");
+    ASSERT_TRUE(veth.ok());
+    // The first port's program stays on the interface while it lives: a second port cannot attach.
+    const PortHandle first = bring_up_port(PortSetup{"x", "net_af_xdp_o0,iface=" + veth.a() + ",busy_budget=0"}, xdp_pool());
+    const std::string e = bring_up_error("net_af_xdp_o1,iface=" + veth.a() + ",busy_budget=0", xdp_pool());
+    close_port(first);
+    EXPECT_NE(e.find("cannot attach af_xdp to '" + veth.a() + "'"), std::string::npos) << e;
+    EXPECT_NE(e.find("another XDP program"), std::string::npos) << e;
 }
 
 }  // namespace
