@@ -118,10 +118,7 @@ kernel_pair_down() { "$ROOT/tools/topo.sh" --prefix "$KPREFIX" down >/dev/null 2
 
 # ---- fedgate with one port kind ---------------------------------------------------------------
 # The gateways' [dataplane] idle (topo.sh writes "backoff"), before they start.
-lab_edit_configs() {
-    sed -i "s/^idle = \"backoff\"/idle = \"$IDLE\"/" "$A_CONF" "$B_CONF"
-    [[ -z ${LAB_BENCH_B_CPU:-} ]] || sed -i "s/\"-l\", \"1\"/\"-l\", \"$LAB_BENCH_B_CPU\"/" "$B_CONF"
-}
+lab_edit_configs() { sed -i "s/^idle = \"backoff\"/idle = \"$IDLE\"/" "$A_CONF" "$B_CONF"; }
 fedgate_up() { # fedgate_up KIND
     LAB_PORTS=$1
     lab_up
