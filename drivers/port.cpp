@@ -128,7 +128,8 @@ void check_af_xdp(const PortSetup& s, const rte_mempool* pool, uint16_t queues) 
     const std::string iface = devarg(s.device, "iface");
     fail(s, "cannot attach af_xdp to '" + iface + "' (see the pmd.net.af_xdp lines above; usual causes: another XDP program "
             "is attached to '" + iface + "' (ip link set dev " + iface + " xdp off), a veth whose peer's MTU is over "
-            "about 3500 bytes, or queue= beyond the interface's RX queues)",
+            "about 3500 bytes, or more queues (queue_count=, one per worker) than the interface has combined channels "
+            "(ethtool -l; a veth has none, so one)",
          rc);
 }
 

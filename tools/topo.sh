@@ -186,6 +186,9 @@ if [[ ! $PREFIX =~ ^[a-z0-9]{1,4}$ ]]; then
 fi
 [[ $PARTIES == 2 || $PARTIES == 3 ]] || bad_usage "invalid number of parties '$PARTIES': must be 2 or 3"
 [[ $PORTS == af_packet || $PORTS == af_xdp ]] || bad_usage "invalid port kind '$PORTS': must be af_packet or af_xdp"
+# DPDK 22.11's af_xdp takes as many queues as the interface has combined channels, and a veth has
+# none to offer: one queue, so one worker.
+[[ $PORTS != af_xdp || $WORKERS == 1 ]] || { echo "topo.sh: af_xdp ports on veths take one queue: FEDGATE_TOPO_WORKERS must be 1 with --ports af_xdp, not $WORKERS" >&2; exit 2; }
 
 STATE_ROOT=${FEDGATE_TOPO_STATE:-${STATE:-$DEFAULT_STATE_ROOT}}
 STATE_ROOT=${STATE_ROOT%/}
@@ -379,7 +382,7 @@ write_conf() {
     local file=$1 party=$2 id=$3 tag=$4 core=$5 in_if=$6 in_addr=$7 ext_if=$8 ext_addr=$9
     shift 9
     (($# >= 4 && $# % 4 == 0)) || die "write_conf: peers must come as (party id address key) groups"
-    local tmp=$file.tmp.$$ lcores
+    local tmp=$file.tmp.$$ lcores mbufs=
     # Several workers: each its own lcore, all of them free to run on any CPU (a 2-CPU machine runs
     # two gateways with two workers each).
     if ((WORKERS == 1)); then
@@ -387,8 +390,11 @@ write_conf() {
     else
         lcores="\"--lcores\", \"0@0,(1-$WORKERS)@(0-$(($(nproc) - 1)))\""
     fi
-    local tmp=$file.tmp.$$ in_dev ext_dev
+    local in_dev ext_dev
     in_dev=$(port_device 0 "$in_if") ext_dev=$(port_device 1 "$ext_if")
+    # af_xdp fills its fill ring with 2048 mbufs at start: two ports' worth on top of the default
+    # 8191 for the packets themselves.
+    [[ $PORTS != af_xdp ]] || mbufs="mbufs = $((2 * 2048 + 8191))"
     {
     cat <<EOF
 # fedgate gateway config for party $party — written by tools/topo.sh
@@ -406,6 +412,7 @@ args = [$lcores, "--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--file-pr
 [dataplane]
 idle = "backoff"
 workers = $WORKERS
+$mbufs
 
 [[port]]
 name = "internal"
