@@ -76,7 +76,7 @@ if ((!QUICK)); then
     cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFEDGATE_SANITIZE=ON -DFEDGATE_WERROR=ON >/dev/null
     cmake --build build-asan -j "$JOBS"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest --test-dir build-asan --output-on-failure --timeout 900
+        LSAN_OPTIONS=suppressions=$ROOT/tools/lsan.supp ctest --test-dir build-asan --output-on-failure --timeout 900
 fi
 
 step "Release build and the whole suite"
