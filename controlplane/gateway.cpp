@@ -335,9 +335,10 @@ void Gateway::stop() {
     maps_.reset();
     std::free(rcu_);
     rcu_ = nullptr;
-    handoff_.push_back(punt_);
-    handoff_.push_back(inject_);
-    for (rte_ring* r : handoff_) {
+    // Every ring that holds mbufs: the hand-off rings, punt and inject.
+    std::vector<rte_ring*> mbuf_rings = std::move(handoff_);
+    mbuf_rings.insert(mbuf_rings.end(), {punt_, inject_});
+    for (rte_ring* r : mbuf_rings) {
         if (r == nullptr) continue;
         void* m;
         while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));

@@ -97,8 +97,9 @@ protected:
                 rte_ring_free(tx_[i][q]);
             }
         }
-        handoff_.push_back(punt_);
-        for (rte_ring* r : handoff_) {
+        std::vector<rte_ring*> rings = handoff_;
+        rings.push_back(punt_);
+        for (rte_ring* r : rings) {
             drain(r);
             rte_ring_free(r);
         }
