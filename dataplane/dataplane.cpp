@@ -221,31 +221,44 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     ParsedPacket p[kBurst];
     DropReason parsed[kBurst];
     uint64_t hash[kBurst];
+    uint64_t bytes = 0;
     for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
     for (uint16_t j = 0; j < n; ++j) {
         if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
-        parsed[j] = parse_packet(rte_pktmbuf_mtod(pkts[j], const uint8_t*), rte_pktmbuf_data_len(pkts[j]), p[j]);
+        bytes += rte_pktmbuf_pkt_len(pkts[j]);
+        parsed[j] = parse(pkts[j], p[j]);
         const bool flow = parsed[j] == DropReason::none && p[j].ether_type_host == kEtherTypeIpv4 && !p[j].fragment &&
                           (p[j].ip_proto == kIpProtoTcp || p[j].ip_proto == kIpProtoUdp);
         hash[j] = flow ? nat_.prefetch(p[j]) : Nat::kNoFlowHash;
     }
+    // Counted once per burst, by the worker that took them off the port.
+    ports_[in].counters.rx_packets.add(n);
+    ports_[in].counters.rx_bytes.add(bytes);
     for (uint16_t j = 0; j < n; ++j)
-        if (hash[j] != Nat::kNoFlowHash) nat_.prefetch_session(p[j], static_cast<uint32_t>(hash[j]));
+        if (hash[j] != Nat::kNoFlowHash) hash[j] = nat_.prefetch_session(p[j], static_cast<uint32_t>(hash[j]));
     for (uint16_t j = 0; j < n; ++j) handle(pkts[j], in, p[j], parsed[j], hash[j]);
+}
+
+DropReason Dataplane::parse(const rte_mbuf* m, ParsedPacket& p) {
+    // A port that checks IPv4 header checksums says so in the mbuf: trust it, else sum in software.
+    RxChecksum ip_cksum = RxChecksum::unknown;
+    switch (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) {
+    case RTE_MBUF_F_RX_IP_CKSUM_GOOD:
+    case RTE_MBUF_F_RX_IP_CKSUM_NONE: ip_cksum = RxChecksum::good; break;  // NONE: the header was checked
+    case RTE_MBUF_F_RX_IP_CKSUM_BAD: ip_cksum = RxChecksum::bad; break;
+    default: break;
+    }
+    return parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p, ip_cksum);
 }
 
 void Dataplane::handle(rte_mbuf* m, uint16_t in) {
     ParsedPacket p;
-    const DropReason r = parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p);
+    const DropReason r = parse(m, p);
     handle(m, in, p, r, Nat::kNoFlowHash);
 }
 
 void Dataplane::handle(rte_mbuf* m, uint16_t in, const ParsedPacket& p, DropReason parsed, uint64_t flow_hash) {
     Port& port = ports_[in];
-    if (!from_hand_off_) {  // counted once, by the worker that took it off the port
-        port.counters.rx_packets.add();
-        port.counters.rx_bytes.add(rte_pktmbuf_pkt_len(m));
-    }
     if (parsed != DropReason::none) return drop(m, in, parsed);
 
     const auto* eth = at<rte_ether_hdr>(m, 0);
@@ -546,8 +559,16 @@ void Dataplane::handle_inject(rte_mbuf* m) {
     send_ipv4(m, static_cast<uint16_t>(out), nh);
 }
 
-void Dataplane::send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop) {
+void Dataplane::send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo) {
     Port& port = ports_[out];
+    if (memo != nullptr) {
+        if (const Neighbour* n = neigh_.recall(*memo, out, next_hop); n != nullptr) {
+            auto* eth = at<rte_ether_hdr>(m, 0);
+            eth->dst_addr = from_mac(n->mac);
+            eth->src_addr = port.cfg.mac;
+            return tx(m, out);
+        }
+    }
     const NeighbourTable::Lookup l = neigh_.lookup(out, next_hop, now_ms_);
     switch (l.verdict) {
     case NeighbourTable::Verdict::full: return drop(m, out, DropReason::neighbour_table_full);
@@ -560,6 +581,7 @@ void Dataplane::send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop) {
         return;
     case NeighbourTable::Verdict::resolved_probe: send_arp_request(out, next_hop); [[fallthrough]];
     case NeighbourTable::Verdict::resolved: {
+        if (memo != nullptr) *memo = neigh_.memo_of(l.entry);  // recall() decides whether it serves
         auto* eth = at<rte_ether_hdr>(m, 0);
         eth->dst_addr = from_mac(l.entry->mac);
         eth->src_addr = port.cfg.mac;
@@ -616,7 +638,7 @@ void Dataplane::flush() {
 
 bool Dataplane::act(rte_mbuf* m, uint16_t in, const Nat::Verdict& v) {
     switch (v.kind) {
-    case Nat::Verdict::Kind::forward: send_ipv4(m, v.out_port, v.next_hop); return true;
+    case Nat::Verdict::Kind::forward: send_ipv4(m, v.out_port, v.next_hop, v.neigh); return true;
     case Nat::Verdict::Kind::drop: drop(m, in, v.reason); return true;
     case Nat::Verdict::Kind::not_nat: return false;
     }
@@ -684,7 +706,11 @@ void Dataplane::tick(uint64_t now) {
 void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
     const auto* ip = at<rte_ipv4_hdr>(m, p.l3_offset);
     const auto* udp = at<rte_udp_hdr>(m, p.l4_offset);
-    if (udp->dgram_cksum != 0) {
+    // The port's verdict on the UDP checksum where it gives one (RX offload), else summed here.
+    const uint64_t l4_cksum = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+    if (l4_cksum == RTE_MBUF_F_RX_L4_CKSUM_BAD && udp->dgram_cksum != 0)
+        return drop(m, in, DropReason::resolve_malformed);
+    if (udp->dgram_cksum != 0 && l4_cksum != RTE_MBUF_F_RX_L4_CKSUM_GOOD && l4_cksum != RTE_MBUF_F_RX_L4_CKSUM_NONE) {
         // Pseudo-header plus the segment, checksum included, sums to all ones when it is right.
         uint32_t sum = rte_ipv4_phdr_cksum(ip, 0);
         sum += rte_raw_cksum(udp, p.l4_len);

@@ -237,8 +237,12 @@ private:
         rte_mbuf* tx[kTxQueueLen];
     };
 
-    void handle(rte_mbuf* m, uint16_t in);  // parses, then as below
-    // `parsed`: parse_packet's verdict on it; `flow_hash`: Nat::prefetch's value, or kNoFlowHash.
+    // parse_packet() on the frame, with the port's verdict on the IPv4 header checksum where the
+    // mbuf carries one (RX checksum offload).
+    static DropReason parse(const rte_mbuf* m, ParsedPacket& p);
+    void handle(rte_mbuf* m, uint16_t in);  // parses, then as below (a packet another worker counted)
+    // `parsed`: parse_packet's verdict on it; `flow_hash`: Nat::prefetch_session's value, or
+    // kNoFlowHash. RX counters are the caller's (a burst at a time).
     void handle(rte_mbuf* m, uint16_t in, const ParsedPacket& p, DropReason parsed, uint64_t flow_hash);
     // One RX burst of port `in`: parse all, hash the TCP/UDP ones and prefetch their session slots,
     // prefetch the sessions, then handle each.
@@ -276,7 +280,10 @@ private:
     void answer(DpRequest& r);
     // Carries out the NAT's verdict; false when the packet is not the NAT's (the caller goes on).
     bool act(rte_mbuf* m, uint16_t in, const Nat::Verdict& v);
-    void send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop);
+    // Addresses the frame to the next hop's MAC and queues it, or holds it while ARP asks. `memo`
+    // (a session's NatRewrite::neigh): the entry it names is used without a lookup while
+    // NeighbourTable::recall() vouches for it, and is filled in when a lookup finds one reachable.
+    void send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo = nullptr);
     void send_arp_request(uint16_t out, uint32_t target_ip);
     void tx(rte_mbuf* m, uint16_t out);
     void flush();

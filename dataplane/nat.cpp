@@ -158,8 +158,11 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
     Session* s = nullptr;
     uint8_t dir = 0;
 
-    const SessionTable::Hit hit =
-        flow_hash == kNoFlowHash ? sessions_.find(k) : sessions_.find(k, static_cast<uint32_t>(flow_hash));
+    // A hash from prefetch() alone has slot 0 above it: find() checks whatever slot it is given.
+    const SessionTable::Hit hit = flow_hash == kNoFlowHash
+                                      ? sessions_.find(k)
+                                      : sessions_.find(k, static_cast<uint32_t>(flow_hash),
+                                                       static_cast<uint32_t>(flow_hash >> 32));
     if (hit.session != nullptr) {
         s = hit.session;
         dir = hit.dir;
@@ -198,7 +201,7 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
         return v;
     }
     track(*s, dir, l4, p.ip_proto, now_ms);
-    const NatRewrite& rw = s->rw[dir];
+    NatRewrite& rw = s->rw[dir];
     if (cfg_.mss_clamp != 0 && p.ip_proto == kIpProtoTcp && (l4[13] & kTcpSyn)) {
         const uint16_t hlen = static_cast<uint16_t>(p.payload_offset - p.l4_offset);
         if (clamp_mss(l4, hlen, cfg_.mss_clamp)) counters_.mss_clamped.add();
@@ -208,6 +211,7 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
     v.kind = Verdict::Kind::forward;
     v.out_port = rw.out_port;
     v.next_hop = rw.next_hop;
+    v.neigh = &rw.neigh;
     return v;
 }
 

@@ -86,6 +86,9 @@ public:
         DropReason reason = DropReason::none;
         uint16_t out_port = 0;
         uint32_t next_hop = 0;
+        // The session's memo of the next hop's neighbour entry (NatRewrite::neigh), for the sender
+        // to read and fill in; null when there is none to keep (ICMP errors).
+        uint16_t* neigh = nullptr;
     };
 
     // `route(dst, &next_hop)` gives the port index and next hop for a destination (network order).
@@ -94,19 +97,22 @@ public:
     Nat(const NatConfig& cfg, std::vector<NatPort> ports, const PortMapView* maps, RouteFn route, const void* route_ctx);
 
     // Called for TCP/UDP IPv4 packets that are not fragments. Rewrites the packet in place (headers
-    // at `l3`, `p` describes them) when it forwards. `flow_hash`: prefetch()'s value for this
-    // packet, or kNoFlowHash.
+    // at `l3`, `p` describes them) when it forwards. `flow_hash`: prefetch()'s or
+    // prefetch_session()'s value for this packet, or kNoFlowHash.
     static constexpr uint64_t kNoFlowHash = UINT64_MAX;
     Verdict handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms,
                    uint64_t flow_hash = kNoFlowHash);
 
     // A burst's first passes (see SessionTable): prefetch(p) hashes a TCP/UDP packet's flow key and
-    // prefetches its slot; prefetch_session(p, h) the session behind it. Nothing changes.
+    // prefetches its slot; prefetch_session(p, h) the session behind it and returns the hash with
+    // the slot it found (high 32 bits), which handle() starts from. Nothing changes.
     static FlowKey key_of(const ParsedPacket& p) {
         return FlowKey{p.src_ip, p.dst_ip, p.src_port, p.dst_port, p.ip_proto, {0, 0, 0}};
     }
     uint32_t prefetch(const ParsedPacket& p) const { return sessions_.hash(key_of(p)); }
-    void prefetch_session(const ParsedPacket& p, uint32_t h) const { sessions_.prefetch_session(key_of(p), h); }
+    uint64_t prefetch_session(const ParsedPacket& p, uint32_t h) const {
+        return static_cast<uint64_t>(sessions_.prefetch_session(key_of(p), h)) << 32 | h;
+    }
 
     // An ICMP error (destination unreachable, time exceeded, parameter problem) addressed to the
     // gateway whose quoted packet belongs to a session: rewritten for the host that sent the

@@ -55,6 +55,22 @@ public:
     // us, as Linux does); otherwise just refreshes a known one. Returns the entry or null.
     Neighbour* learn(uint16_t port, uint32_t ip, const MacAddr& mac, uint64_t now_ms, bool create);
     const Neighbour* find(uint16_t port, uint32_t ip) const;
+
+    // A sender's memo of where an entry is (a NAT session keeps one per direction, so its packets
+    // skip the hash): memo_of(n) is n's slot + 1, 0 when the slot does not fit in 16 bits. recall()
+    // gives the entry back only while that slot still holds (port, ip) in the reachable state (or a
+    // permanent entry): an entry that moved, left, changed port or went stale or incomplete is
+    // noticed and the sender looks it up again (which probes a stale one). A changed MAC needs no
+    // new memo: it is read from the entry.
+    uint16_t memo_of(const Neighbour* n) const {
+        const std::size_t i = static_cast<std::size_t>(n - slots_.data());
+        return i < UINT16_MAX ? static_cast<uint16_t>(i + 1) : 0;
+    }
+    const Neighbour* recall(uint16_t memo, uint16_t port, uint32_t ip) const {
+        if (memo == 0 || memo > slots_.size()) return nullptr;
+        const Neighbour& n = slots_[memo - 1u];
+        return n.ip == ip && n.port == port && n.state == Neighbour::State::reachable ? &n : nullptr;
+    }
     // A configured entry (static ARP). False when the table is full.
     bool add_permanent(uint16_t port, uint32_t ip, const MacAddr& mac);
 

@@ -68,7 +68,7 @@ DropReason parse_l4(const uint8_t* data, ParsedPacket& out) {
     return DropReason::none;
 }
 
-DropReason parse_ipv4(const uint8_t* data, uint32_t len, ParsedPacket& out) {
+DropReason parse_ipv4(const uint8_t* data, uint32_t len, ParsedPacket& out, RxChecksum ip_cksum) {
     const uint32_t avail = len - out.l3_offset;
     if (avail < sizeof(rte_ipv4_hdr)) return DropReason::ipv4_truncated;
     const uint8_t* ip = data + out.l3_offset;
@@ -79,7 +79,8 @@ DropReason parse_ipv4(const uint8_t* data, uint32_t len, ParsedPacket& out) {
     const uint16_t total = load_be16(ip + 2);
     // Shorter frames are cut; longer ones may carry Ethernet padding, which is allowed.
     if (total < ihl || total > avail) return DropReason::ipv4_bad_length;
-    if (rte_raw_cksum(ip, ihl) != 0xffff) return DropReason::ipv4_bad_checksum;
+    if (ip_cksum == RxChecksum::bad || (ip_cksum == RxChecksum::unknown && rte_raw_cksum(ip, ihl) != 0xffff))
+        return DropReason::ipv4_bad_checksum;
 
     out.l3_len = total;
     out.ip_proto = ip[9];
@@ -96,7 +97,7 @@ DropReason parse_ipv4(const uint8_t* data, uint32_t len, ParsedPacket& out) {
 
 }  // namespace
 
-DropReason parse_packet(const uint8_t* data, uint32_t len, ParsedPacket& out) {
+DropReason parse_packet(const uint8_t* data, uint32_t len, ParsedPacket& out, RxChecksum ip_cksum) {
     out = ParsedPacket{};
     if (len < sizeof(rte_ether_hdr)) return DropReason::eth_truncated;
     uint32_t off = offsetof(rte_ether_hdr, ether_type);
@@ -113,7 +114,7 @@ DropReason parse_packet(const uint8_t* data, uint32_t len, ParsedPacket& out) {
     out.l3_offset = static_cast<uint16_t>(off);
     switch (type) {
     case kEtherTypeArp: return parse_arp(data, len, out);
-    case kEtherTypeIpv4: return parse_ipv4(data, len, out);
+    case kEtherTypeIpv4: return parse_ipv4(data, len, out, ip_cksum);
     default: return DropReason::none;  // the caller decides what it handles
     }
 }

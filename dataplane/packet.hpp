@@ -36,9 +36,15 @@ struct ParsedPacket {
     uint16_t arp_op_host = 0;
 };
 
+// What the receiving port says about a checksum (RX checksum offload): nothing (check it in
+// software), checked and right, or checked and wrong.
+enum class RxChecksum : uint8_t { unknown, good, bad };
+
 // Parses `len` bytes at `data`. Returns DropReason::none for a packet the data plane can act
 // on, otherwise the reason to drop it. Never reads outside [data, data + len).
-// The IPv4 header checksum is verified; L4 checksums are left to whoever consumes the payload.
-DropReason parse_packet(const uint8_t* data, uint32_t len, ParsedPacket& out);
+// The IPv4 header checksum is verified, in software unless `ip_cksum` already says; L4 checksums
+// are left to whoever consumes the payload.
+DropReason parse_packet(const uint8_t* data, uint32_t len, ParsedPacket& out,
+                        RxChecksum ip_cksum = RxChecksum::unknown);
 
 }  // namespace fedgate

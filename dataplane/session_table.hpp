@@ -36,11 +36,13 @@ struct NatRewrite {
     uint16_t out_port = 0;          // the gateway's port index
     uint16_t l3_delta = 0;          // one's-complement sum to add to the IPv4 header checksum
     uint16_t l4_delta = 0;          // ... to the TCP/UDP checksum (pseudo-header and ports)
+    uint16_t neigh = 0;             // the next hop's neighbour entry (NeighbourTable::memo_of), 0: none yet
 };
 
 // One cache line holds everything a packet of either direction reads or writes once its key has
 // matched in the index (which keeps its own copy of the key): both rewrites (the other direction's
-// out_port is the port a packet must arrive on), the idle clock and the TCP state. The second line
+// out_port is the port a packet must arrive on; each remembers its next hop's neighbour entry, so
+// the MAC is found without a lookup), the idle clock and the TCP state. The second line
 // holds what only creation, expiry and listings need.
 struct alignas(64) Session {
     NatRewrite rw[2];    // applied to packets matching key[0] / key[1]
@@ -118,11 +120,21 @@ public:
         __builtin_prefetch(&slots_[h & mask_]);
         return h;
     }
-    void prefetch_session(const FlowKey& k, uint32_t h) const {
-        const Slot& s = slots_[slot_of(k, h)];
-        if (s.ref != kEmpty) __builtin_prefetch(&pool_[s.ref >> 1]);
+    // Returns the slot it found (the key's, or the empty one ending its chain) for find(k, h, slot).
+    uint32_t prefetch_session(const FlowKey& k, uint32_t h) const {
+        const uint32_t i = slot_of(k, h);
+        if (slots_[i].ref != kEmpty) __builtin_prefetch(&pool_[slots_[i].ref >> 1]);
+        return i;
     }
     Hit find(const FlowKey& k, uint32_t h);  // h = hash(k)
+    // As find(k, h), starting from the slot prefetch_session() gave: when that slot still holds k
+    // (nothing moved it since), the chain is not walked again; otherwise it is, so a stale slot
+    // never changes the outcome.
+    Hit find(const FlowKey& k, uint32_t h, uint32_t slot) {
+        const Slot& s = slots_[slot & mask_];
+        if (s.ref != kEmpty && s.hash == h && s.key == k) return {&pool_[s.ref >> 1], static_cast<uint8_t>(s.ref & 1)};
+        return find(k, h);
+    }
     // Makes a session indexed under both keys, with in_use set and everything else zeroed, or
     // returns null when the table is full or either key is already indexed (nothing changes then).
     Session* insert(const FlowKey& forward, const FlowKey& reverse);

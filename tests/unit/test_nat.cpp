@@ -183,7 +183,7 @@ TEST(NatFixtures, TheBatchedPathInBurstsGivesTheSameVerdictsAndBytes) {
                 if (parsed[j].ip_proto == kIpProtoTcp || parsed[j].ip_proto == kIpProtoUdp) hash[j] = rig.nat.prefetch(parsed[j]);
             }
             for (std::size_t j = 0; j < n; ++j)
-                if (hash[j] != Nat::kNoFlowHash) rig.nat.prefetch_session(parsed[j], static_cast<uint32_t>(hash[j]));
+                if (hash[j] != Nat::kNoFlowHash) hash[j] = rig.nat.prefetch_session(parsed[j], static_cast<uint32_t>(hash[j]));
             for (std::size_t j = 0; j < n; ++j) {
                 const NatCase& c = cases[first + j];
                 SCOPED_TRACE(c.description);

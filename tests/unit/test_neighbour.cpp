@@ -317,6 +317,8 @@ TEST(NeighbourTable, AgreesWithAMapUnderRandomInsertsAndRemovals) {
     uintptr_t next_stamp = 1;
     uint64_t now = 1'000;
     std::mt19937 rng(20240601);
+    std::map<Key, uint16_t> memos;  // the last memo_of() each key's entry gave
+    uint64_t recalled = 0;
     const auto random_key = [&] {
         return Key{static_cast<uint16_t>(rng() % kPorts), htonl(0xC6120000 + static_cast<uint32_t>(rng() % kIps))};
     };
@@ -381,6 +383,17 @@ TEST(NeighbourTable, AgreesWithAMapUnderRandomInsertsAndRemovals) {
         }
 
         ASSERT_EQ(t.size(), model.size()) << "step " << step;
+        // A memo taken when an entry was last reachable names it or nothing, whatever moved since.
+        for (const auto& [k, memo] : memos) {
+            const Neighbour* r = t.recall(memo, k.first, k.second);
+            if (r != nullptr) {
+                ASSERT_EQ(r, t.find(k.first, k.second)) << "step " << step << ": a memo named another entry";
+                ++recalled;
+            }
+        }
+        for (const auto& [k, held] : model)
+            if (const Neighbour* n = t.find(k.first, k.second); n != nullptr && n->state == State::reachable)
+                memos[k] = t.memo_of(n);
         for (uint16_t port = 0; port < kPorts; ++port) {
             uint32_t on_port = 0;
             for (uint32_t i = 0; i < kIps; ++i) {
@@ -400,6 +413,45 @@ TEST(NeighbourTable, AgreesWithAMapUnderRandomInsertsAndRemovals) {
             ASSERT_EQ(t.count_port(port), on_port) << "step " << step;
         }
     }
+    EXPECT_GT(recalled, 10'000u);  // the memos were used, not only refused
+}
+
+TEST(NeighbourTable, AMemoRecallsItsEntryWhileItIsReachableAndReadsAChangedMac) {
+    NeighbourTable t(16, kTimers);
+    const Neighbour* n = t.learn(kPort, kNextHop, kMac, 1'000, true);
+    ASSERT_NE(n, nullptr);
+    const uint16_t memo = t.memo_of(n);
+    ASSERT_NE(memo, 0);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop), n);
+    EXPECT_EQ(t.recall(0, kPort, kNextHop), nullptr);                    // no memo yet
+    EXPECT_EQ(t.recall(memo, kPort + 1, kNextHop), nullptr);             // another port's next hop
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop + htonl(1)), nullptr);      // another next hop
+    EXPECT_EQ(t.recall(UINT16_MAX, kPort, kNextHop), nullptr);           // past the table
+
+    // The neighbour's MAC changes: the memo still serves and reads the new one.
+    t.learn(kPort, kNextHop, kNewMac, 1'500, false);
+    ASSERT_NE(t.recall(memo, kPort, kNextHop), nullptr);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop)->mac, kNewMac);
+
+    // Stale: the memo stops serving, so the sender looks it up and that asks for a probe.
+    Calls calls;
+    tick(t, 2'500, calls);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop), nullptr);
+    EXPECT_EQ(t.lookup(kPort, kNextHop, 2'500).verdict, Verdict::resolved_probe);
+    t.learn(kPort, kNextHop, kNewMac, 2'510, false);  // the answer
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop), n);
+
+    // Gone: never recalled again, nor once another next hop takes the slot.
+    tick(t, 4'000, calls);  // stale
+    tick(t, 8'000, calls);  // expired
+    ASSERT_EQ(t.find(kPort, kNextHop), nullptr);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop), nullptr);
+
+    // A permanent entry serves for ever.
+    ASSERT_TRUE(t.add_permanent(kPort, kNextHop, kMac));
+    const uint16_t fixed = t.memo_of(t.find(kPort, kNextHop));
+    tick(t, 100'000, calls);
+    EXPECT_NE(t.recall(fixed, kPort, kNextHop), nullptr);
 }
 
 }  // namespace

@@ -175,6 +175,22 @@ TEST(PacketParse, MalformedIpv4HeadersAreDroppedWithTheRightReason) {
     EXPECT_EQ(parse(with_ip_byte(8, 1, false)), DropReason::ipv4_bad_checksum);
 }
 
+TEST(PacketParse, APortsVerdictOnTheIpv4ChecksumIsTrustedOtherwiseItIsSummed) {
+    const auto good = with_ip_byte(8, 1);        // checksum right
+    const auto bad = with_ip_byte(8, 1, false);  // checksum wrong
+    ParsedPacket p;
+    EXPECT_EQ(parse_packet(good.data(), static_cast<uint32_t>(good.size()), p, RxChecksum::unknown), DropReason::none);
+    EXPECT_EQ(parse_packet(bad.data(), static_cast<uint32_t>(bad.size()), p, RxChecksum::unknown),
+              DropReason::ipv4_bad_checksum);
+    // The port checked it: its word stands, whatever the bytes say.
+    EXPECT_EQ(parse_packet(bad.data(), static_cast<uint32_t>(bad.size()), p, RxChecksum::good), DropReason::none);
+    EXPECT_EQ(parse_packet(good.data(), static_cast<uint32_t>(good.size()), p, RxChecksum::bad),
+              DropReason::ipv4_bad_checksum);
+    // Only IPv4 has a header checksum: an ARP is not dropped for a port's IPv4 verdict.
+    const auto arp = PacketBuilder().eth(test::kBroadcast, kB).arp(1, kB, "198.18.1.10", {}, "198.18.1.1").build();
+    EXPECT_EQ(parse_packet(arp.data(), static_cast<uint32_t>(arp.size()), p, RxChecksum::bad), DropReason::none);
+}
+
 TEST(PacketParse, MalformedL4HeadersAreDroppedWithTheRightReason) {
     auto udp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(1, 2).payload(8).build();
     udp[34 + 5] = 7;  // UDP length 7 < 8

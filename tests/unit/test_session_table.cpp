@@ -58,7 +58,7 @@ bool is_zeroed_apart_from_keys(const Session& s) {
         const auto& b = expect.rw[d];
         if (a.src != b.src || a.dst != b.dst || a.sport != b.sport || a.dport != b.dport ||
             a.next_hop != b.next_hop || a.out_port != b.out_port || a.l3_delta != b.l3_delta ||
-            a.l4_delta != b.l4_delta)
+            a.l4_delta != b.l4_delta || a.neigh != b.neigh)
             return false;
     }
     return s.last_seen_ms == 0 && s.timeout_ms == 0 && s.alloc_port == 0 && s.alloc_pool == 0 && s.kind == 0 &&
@@ -387,7 +387,7 @@ TEST(SessionTable, FlowKeyEqualityCoversEveryFieldButThePad) {
 // Random inserts, erases and finds on a small table, checked against a map after every operation.
 // Capacity 48 means 128 slots, three quarters full when the pool is: long probe chains, chains that
 // wrap past the last slot, and backward shifts across the end all happen often.
-TEST(SessionTable, RandomOperationsAgreeWithAMap) {
+TEST(SessionTable, RandomOperationsAgreeWithAMapWithAndWithoutSlotHints) {
     constexpr uint32_t kCap = 48;
     constexpr uint32_t kIds = 160;  // key(id) and reply(id) for each: 320 keys that collide often
     SessionTable t(kCap);
@@ -402,16 +402,29 @@ TEST(SessionTable, RandomOperationsAgreeWithAMap) {
     std::map<uint32_t, Where> index;                          // key number -> session, dir
     std::map<Session*, std::pair<uint32_t, uint32_t>> live;  // session -> its two key numbers
 
+    // The batched path's slot hints: what prefetch_session() said some operations ago (the table
+    // has changed since, so many are stale) and a random slot must give find()'s answer.
+    std::vector<uint32_t> old_slot(2 * kIds, 0);
     auto check_all = [&](int op) {
         ASSERT_EQ(t.size(), live.size()) << "op " << op;
         for (uint32_t n = 0; n < 2 * kIds; ++n) {
-            const SessionTable::Hit hit = t.find(key_of(n));
+            const FlowKey k = key_of(n);
+            const uint32_t h = t.hash(k);
+            const SessionTable::Hit hit = t.find(k);
+            const SessionTable::Hit stale = t.find(k, h, old_slot[n]);
+            const SessionTable::Hit random = t.find(k, h, static_cast<uint32_t>(rng()));
+            ASSERT_EQ(stale.session, hit.session) << "op " << op << " key " << n;
+            ASSERT_EQ(stale.dir, hit.dir) << "op " << op << " key " << n;
+            ASSERT_EQ(random.session, hit.session) << "op " << op << " key " << n;
+            ASSERT_EQ(random.dir, hit.dir) << "op " << op << " key " << n;
+            if (op % 7 == 0) old_slot[n] = t.prefetch_session(k, h);
             const auto it = index.find(n);
             if (it == index.end()) {
                 ASSERT_EQ(hit.session, nullptr) << "op " << op << " key " << n;
             } else {
                 ASSERT_EQ(hit.session, it->second.session) << "op " << op << " key " << n;
                 ASSERT_EQ(hit.dir, it->second.dir) << "op " << op << " key " << n;
+                ASSERT_EQ(t.find(k, h, t.prefetch_session(k, h)).session, hit.session) << "op " << op;
             }
         }
     };
