@@ -346,7 +346,8 @@ uint16_t Dataplane::owner_of(const uint8_t* frame, uint16_t in, const ParsedPack
     const uint16_t me = worker_.index, count = worker_.count;
     if (count == 1) return me;
     const auto port_owner = [&](uint16_t port_be) -> int {
-        const uint16_t port = rte_be_to_cpu_16(port_be);
+        // Not rte_be_to_cpu_16: on a variable DPDK swaps with an xchg of byte registers (slow).
+        const uint16_t port = RTE_BYTE_ORDER == RTE_LITTLE_ENDIAN ? __builtin_bswap16(port_be) : port_be;
         return port >= nat_lo_ && port <= nat_hi_ ? port % count : -1;
     };
     if (p.ip_proto == kIpProtoIcmp) {

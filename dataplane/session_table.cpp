@@ -17,7 +17,6 @@ namespace fedgate {
 namespace {
 
 constexpr uint32_t kMaxSessions = 16u << 20;
-constexpr uint32_t kHashSeed = 0x5e55'10f5;
 
 constexpr std::size_t kHugePage = 2u << 20;
 
@@ -48,22 +47,6 @@ SessionTable::SessionTable(uint32_t max_sessions) {
     const uint64_t slots = std::bit_ceil(keys + (keys + 2) / 3);
     slots_ = FixedArray<Slot>(slots);
     mask_ = static_cast<uint32_t>(slots - 1);
-}
-
-uint32_t SessionTable::hash_of(const FlowKey& k) {
-    // The fields one word at a time (the pad, which operator== ignores, is never read; no copy).
-    uint32_t h = rte_hash_crc_4byte(k.src, kHashSeed);
-    h = rte_hash_crc_4byte(k.dst, h);
-    h = rte_hash_crc_4byte(static_cast<uint32_t>(k.sport) << 16 | k.dport, h);
-    h = rte_hash_crc_4byte(k.proto, h);
-    // CRC is linear in its input, so flows that differ in a few bits crowd into a few home slots
-    // (measured: 1024 benchmark flows on 268 of 4096). A multiply-xorshift finaliser spreads them.
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return h;
 }
 
 uint32_t SessionTable::slot_of(const FlowKey& k, uint32_t h) const {

@@ -10,7 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include <rte_hash_crc.h>
+
 namespace fedgate {
+
+// CRC32-C of a 64-bit word (the SSE4.2 instruction where the CPU has it; DPDK picks at start-up).
+inline uint32_t crc32c_u64(uint64_t v, uint32_t init) { return rte_hash_crc_8byte(v, init); }
 
 // A flow as a packet arrives: addresses and ports in network byte order. 16 bytes, no padding bits
 // left undefined (pad is zero), so it hashes and compares as raw bytes.
@@ -165,7 +170,21 @@ private:
     static_assert(sizeof(Slot) == 24);
     static constexpr uint32_t kEmpty = UINT32_MAX;
 
-    static uint32_t hash_of(const FlowKey& k);
+    // CRC32-C of the key as two 64-bit words, then a multiply-xorshift finaliser: CRC is linear in
+    // its input, so flows that differ in a few bits would crowd into a few home slots without it
+    // (1024 benchmark flows on 268 of 4096 slots). Inline: the batched path hashes a burst at once.
+    static uint32_t hash_of(const FlowKey& k) {
+        const uint64_t addrs = static_cast<uint64_t>(k.dst) << 32 | k.src;
+        const uint64_t rest = static_cast<uint64_t>(k.proto) << 32 | static_cast<uint32_t>(k.sport) << 16 | k.dport;
+        uint32_t h = crc32c_u64(rest, crc32c_u64(addrs, kHashSeed));
+        h ^= h >> 16;
+        h *= 0x85ebca6bu;
+        h ^= h >> 13;
+        h *= 0xc2b2ae35u;
+        h ^= h >> 16;
+        return h;
+    }
+    static constexpr uint32_t kHashSeed = 0x5e55'10f5;
     uint32_t slot_of(const FlowKey& k, uint32_t h) const;  // the slot holding k, or the empty slot ending its chain
     bool index(const FlowKey& k, uint32_t ref);
     void unindex(const FlowKey& k);
