@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace fedgate {
 
@@ -40,6 +41,22 @@ constexpr uint16_t checksum_add(uint16_t checksum, uint16_t delta) {
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     return static_cast<uint16_t>(~sum);
+}
+
+// True when a 20-byte IPv4 header (no options) sums to all ones, checksum included: five 32-bit
+// words added into 64 bits and folded, in whatever order they are stored (the test is symmetric).
+inline bool ipv4_header20_ok(const uint8_t* ip) {
+    uint64_t sum = 0;
+    for (int i = 0; i < 5; ++i) {
+        uint32_t w;
+        std::memcpy(&w, ip + 4 * i, 4);
+        sum += w;
+    }
+    sum = (sum & 0xffffffff) + (sum >> 32);
+    sum = (sum & 0xffffffff) + (sum >> 32);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
 }
 
 }  // namespace fedgate

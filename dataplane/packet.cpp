@@ -10,6 +10,8 @@
 
 #include <cstring>
 
+#include "dataplane/checksum.hpp"
+
 namespace fedgate {
 namespace {
 
@@ -79,7 +81,8 @@ DropReason parse_ipv4(const uint8_t* data, uint32_t len, ParsedPacket& out, RxCh
     const uint16_t total = load_be16(ip + 2);
     // Shorter frames are cut; longer ones may carry Ethernet padding, which is allowed.
     if (total < ihl || total > avail) return DropReason::ipv4_bad_length;
-    if (ip_cksum == RxChecksum::bad || (ip_cksum == RxChecksum::unknown && rte_raw_cksum(ip, ihl) != 0xffff))
+    if (ip_cksum == RxChecksum::bad ||
+        (ip_cksum == RxChecksum::unknown && !(ihl == 20 ? ipv4_header20_ok(ip) : rte_raw_cksum(ip, ihl) == 0xffff)))
         return DropReason::ipv4_bad_checksum;
 
     out.l3_len = total;
