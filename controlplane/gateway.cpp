@@ -213,6 +213,7 @@ void Gateway::start() {
         d.prefix_len = pc.address.prefix_len;
         d.next_hop = pc.next_hop ? rte_cpu_to_be_32(*pc.next_hop) : 0;
         d.rss = ports_.back().rss;
+        d.tx_cksum = ports_.back().tx_cksum;
         for (const auto& [ip, mac] : pc.static_neighbours) d.static_neighbours.emplace_back(rte_cpu_to_be_32(ip), mac);
         dp_ports_.push_back(d);
         FG_LOG(INFO, gateway, "port %s: %s (%s) port_id %u mac %s address %s", pc.name.c_str(), pc.device.c_str(),
@@ -501,6 +502,7 @@ nlohmann::ordered_json Gateway::status() const {
             {"address", pc.address.str()},
             {"next_hop", pc.next_hop ? nlohmann::ordered_json(format_ipv4(*pc.next_hop)) : nlohmann::ordered_json(nullptr)},
             {"mac", mac_str(ports_[i].mac)},
+            {"offloads", {{"rss", ports_[i].rss}, {"rx_checksum", ports_[i].rx_cksum}, {"tx_checksum", ports_[i].tx_cksum}}},
             {"link", {{"up", link.up}, {"speed_mbps", link.speed_mbps}, {"duplex", link.full_duplex ? "full" : "half"}}},
         });
     }

@@ -889,8 +889,14 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
     std::memcpy(msg, &wh, sizeof wh);
     std::memcpy(msg + sizeof wh, body, body_len);
     if (peer >= 0) peers_[peer].key.seal(std::span<uint8_t>(msg, msg_len));
-    // A sealed message changes after the body: its checksum reads everything.
-    if (peer >= 0 || summed_from >= body_len)
+    if (ports_[out].cfg.tx_cksum) {
+        // The device sums both: the IPv4 header's field 0, the UDP one holding the pseudo-header's sum.
+        write_udp_ipv4_headers(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
+        m->l2_len = sizeof(rte_ether_hdr);
+        m->l3_len = sizeof(rte_ipv4_hdr);
+        m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+        reinterpret_cast<rte_udp_hdr*>(ip + 1)->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
+    } else if (peer >= 0 || summed_from >= body_len)  // a sealed message changed after the body: sum it all
         write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
     else
         write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len, body_sum,
@@ -898,8 +904,8 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
     send_ipv4(m, static_cast<uint16_t>(out), nh);
 }
 
-void Dataplane::write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
-                               uint16_t payload_len, uint32_t tail_sum, uint16_t summed_from) {
+void Dataplane::write_udp_ipv4_headers(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
+                                       uint16_t payload_len) {
     const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + payload_len);
     std::memset(ip, 0, sizeof *ip);
     ip->version_ihl = RTE_IPV4_VHL_DEF;
@@ -909,12 +915,18 @@ void Dataplane::write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uin
     ip->next_proto_id = kIpProtoUdp;
     ip->src_addr = src;
     ip->dst_addr = dst;
-    ip->hdr_checksum = rte_ipv4_cksum(ip);
     auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
     udp->src_port = sport;
     udp->dst_port = dport;
     udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + payload_len));
     udp->dgram_cksum = 0;
+}
+
+void Dataplane::write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
+                               uint16_t payload_len, uint32_t tail_sum, uint16_t summed_from) {
+    write_udp_ipv4_headers(ip, src, dst, sport, dport, payload_len);
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
     if (summed_from >= payload_len) {
         udp->dgram_cksum = rte_ipv4_udptcp_cksum(ip, udp);
         return;

@@ -44,6 +44,7 @@ struct DpPortConfig {
     uint32_t next_hop = 0;  // 0: none (only the port's own subnet is reachable through it)
     std::vector<std::pair<uint32_t, MacAddr>> static_neighbours;  // configured ARP entries
     bool rss = false;  // the device spreads flows over the workers' RX queues by a hash (RSS)
+    bool tx_cksum = false;  // the device fills in IPv4 header and UDP checksums (TX offload)
 };
 
 // A peer gateway as the lcore knows it: where its messages come from and the key they carry.
@@ -224,6 +225,9 @@ public:
     // one's-complement, unfolded; summed_from even), so only the bytes before it are read.
     static void write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
                                uint16_t len, uint32_t tail_sum = 0, uint16_t summed_from = UINT16_MAX);
+    // The same headers with both checksum fields 0 (for a device that fills them in).
+    static void write_udp_ipv4_headers(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
+                                       uint16_t len);
     // Which port and next hop reach `dst` (network order); -1 if none. Pure; any thread.
     static int route(const std::vector<DpPortConfig>& ports, uint32_t dst, uint32_t* next_hop);
 

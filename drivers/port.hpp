@@ -33,6 +33,10 @@ struct PortHandle {
     bool attached_here = false;  // we probed it (and so detach it on close)
     uint16_t queues = 1;
     bool rss = false;  // the device spreads flows over the RX queues by an RSS hash (queues > 1)
+    // Checksum offloads turned on where the device has them: the IPv4 header (and TCP/UDP) checked
+    // on receive, with the verdict in each mbuf; IPv4 header and UDP checksums filled in on send.
+    bool rx_cksum = false;
+    bool tx_cksum = false;
 };
 
 struct LinkState {

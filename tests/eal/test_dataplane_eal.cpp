@@ -147,14 +147,25 @@ protected:
         return m;
     }
 
-    void receive(int port, const std::vector<uint8_t>& frame) {
-        ASSERT_EQ(rte_ring_enqueue(ports_[port].rx, mbuf_of(frame)), 0);
+    // `ol_flags`: what the receiving device would have said (RX checksum offload verdicts).
+    void receive(int port, const std::vector<uint8_t>& frame, uint64_t ol_flags = 0) {
+        rte_mbuf* m = mbuf_of(frame);
+        m->ol_flags |= ol_flags;
+        ASSERT_EQ(rte_ring_enqueue(ports_[port].rx, m), 0);
     }
 
     void inject(const std::vector<uint8_t>& frame) {  // strips the builder's Ethernet header
         rte_mbuf* m = mbuf_of(frame);
         rte_pktmbuf_adj(m, 14);
         ASSERT_EQ(rte_ring_enqueue(inject_, m), 0);
+    }
+
+    // Everything the port has sent, as mbufs (the caller frees them).
+    std::vector<rte_mbuf*> sent_mbufs(int port) {
+        std::vector<rte_mbuf*> out;
+        void* p;
+        while (rte_ring_dequeue(ports_[port].tx, &p) == 0) out.push_back(static_cast<rte_mbuf*>(p));
+        return out;
     }
 
     // Everything the port has sent, as byte vectors.
@@ -569,6 +580,19 @@ INSTANTIATE_TEST_SUITE_P(AllVdevKinds, PortBringUpVdev,
                                            VdevCase{"net_pcap_b0,iface=lo", "net_pcap"}),
                          [](const auto& info) { return std::string(info.param.driver); });
 
+// Checksum offloads are turned on where the device has them (net_tap fills in checksums in its
+// driver; its receive check is left off, see bring_up_port) and stay off where it has none.
+TEST(PortBringUp, ChecksumOffloadsAreOnWhereTheDeviceHasThem) {
+    const PortHandle tap = bring_up_port(PortSetup{"p", "net_tap_c0,iface=fgtapc0"}, g_pool);
+    EXPECT_FALSE(tap.rx_cksum);
+    EXPECT_TRUE(tap.tx_cksum);
+    close_port(tap);
+    const PortHandle ring = bring_up_port(PortSetup{"p", "net_ring_c0"}, g_pool);
+    EXPECT_FALSE(ring.rx_cksum);
+    EXPECT_FALSE(ring.tx_cksum);
+    close_port(ring);
+}
+
 TEST(PortBringUp, UnknownDeviceIsRefusedWithTheDeviceNamed) {
     try {
         bring_up_port(PortSetup{"bogus", "net_nosuchdriver0,x=1"}, g_pool);
@@ -676,6 +700,69 @@ TEST_F(ResolveDataplaneTest, CacheHitIsAnsweredByTheLcoreWithExactBytesAndChecks
     EXPECT_EQ(test::inet_checksum(&out[0][14], 20), 0);
     EXPECT_EQ(dp_->resolver()->counters().hits.get(), 1u);
     EXPECT_TRUE(sent(1).empty());
+}
+
+// A port whose device fills in checksums (TX offload): the reply leaves with the offload asked for
+// in the mbuf and the fields prepared as DPDK's drivers expect; summed as the device would, it is
+// the exact reply.
+TEST_F(ResolveDataplaneTest, OnAPortWithChecksumOffloadTheReplyLeavesItsSumsToTheDevice) {
+    std::vector<DpPortConfig> pc(2);
+    MacAddr node;
+    std::memcpy(node.data(), kNode.data(), 6);
+    pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0, {{be(kNodeIp), node}}};
+    pc[0].tx_cksum = true;
+    pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, 0, {}};
+    DataplaneConfig cfg;
+    cfg.resolve.port = kPort;
+    cfg.resolve.resolver.party_id = 1;
+    dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_, &bell_.wake},
+                                      DpShared{nullptr, nullptr, 0, &cache_});
+    const DmaAddress rec = record(ProcessId::make(1, 5, 5));
+    cache_.upsert(rec.pid, rec, CacheKind::local, 1, UINT64_MAX);
+    receive(0, resolve_request(rec.pid, 77));
+    dp_->poll_once();
+    const std::vector<rte_mbuf*> out = sent_mbufs(0);
+    ASSERT_EQ(out.size(), 1u);
+    rte_mbuf* m = out[0];
+    EXPECT_EQ(m->ol_flags & (RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_L4_MASK),
+              RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM);
+    EXPECT_EQ(m->l2_len, 14u);
+    EXPECT_EQ(m->l3_len, 20u);
+    std::vector<uint8_t> f(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_mtod(m, const uint8_t*) + rte_pktmbuf_data_len(m));
+    rte_pktmbuf_free(m);
+    ASSERT_GE(f.size(), 42u);
+    EXPECT_EQ(f[24] | f[25], 0) << "the IPv4 header checksum is the device's to write";
+    // The device: the IPv4 header sum, and the UDP sum over the segment starting from the field's
+    // pseudo-header value.
+    const uint16_t ip_sum = test::inet_checksum(&f[14], 20);
+    f[24] = static_cast<uint8_t>(ip_sum >> 8), f[25] = static_cast<uint8_t>(ip_sum);
+    uint16_t udp_sum = test::inet_checksum(&f[34], f.size() - 34);
+    if (udp_sum == 0) udp_sum = 0xffff;
+    f[40] = static_cast<uint8_t>(udp_sum >> 8), f[41] = static_cast<uint8_t>(udp_sum);
+    EXPECT_EQ(f, expected_reply(rec.pid, 77, ResolveStatus::ok, AnswerSource::local, &rec));
+}
+
+// The device's verdicts on received checksums stand: a request it calls good is answered even if
+// its UDP sum is wrong, one it calls bad is dropped even if its sum is right.
+TEST_F(ResolveDataplaneTest, TheReceivingDevicesChecksumVerdictsAreTrusted) {
+    const DmaAddress rec = record(ProcessId::make(1, 5, 5));
+    cache_.upsert(rec.pid, rec, CacheKind::local, 1, UINT64_MAX);
+    std::vector<uint8_t> wrong = resolve_request(rec.pid, 1);
+    wrong[40] ^= 0x5a;  // UDP checksum
+    receive(0, wrong);  // no verdict: summed here, dropped
+    receive(0, wrong, RTE_MBUF_F_RX_L4_CKSUM_GOOD | RTE_MBUF_F_RX_IP_CKSUM_GOOD);
+    receive(0, resolve_request(rec.pid, 2), RTE_MBUF_F_RX_L4_CKSUM_BAD | RTE_MBUF_F_RX_IP_CKSUM_GOOD);
+    std::vector<uint8_t> bad_ip = resolve_request(rec.pid, 3);
+    bad_ip[24] ^= 0x5a;  // IPv4 header checksum
+    receive(0, bad_ip, RTE_MBUF_F_RX_IP_CKSUM_GOOD | RTE_MBUF_F_RX_L4_CKSUM_GOOD);
+    receive(0, resolve_request(rec.pid, 4), RTE_MBUF_F_RX_IP_CKSUM_BAD);
+    dp_->poll_once();
+    const auto out = sent(0);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0], expected_reply(rec.pid, 1, ResolveStatus::ok, AnswerSource::local, &rec));
+    EXPECT_EQ(out[1], expected_reply(rec.pid, 3, ResolveStatus::ok, AnswerSource::local, &rec));
+    EXPECT_EQ(drops(0, DropReason::resolve_malformed), 2u);
+    EXPECT_EQ(drops(0, DropReason::ipv4_bad_checksum), 1u);
 }
 
 TEST_F(ResolveDataplaneTest, MissIsQueriedAtTheOwnerAndItsSignedAnswerRelayed) {
