@@ -203,10 +203,7 @@ uint32_t Dataplane::poll_once() {
         for (unsigned j = 0; j < n; ++j) answer(*static_cast<DpRequest*>(reqs[j]));
     }
 
-    if (now_ms_ >= next_tick_ms_) {
-        tick(now_ms_);
-        next_tick_ms_ = now_ms_ + kTickMs;
-    }
+    housekeeping(handled != 0);
     if (hand_out_) flush_hand_offs();
     flush();
     wake_control();
@@ -680,17 +677,44 @@ void Dataplane::drop(rte_mbuf* m, uint16_t port, DropReason r) {
     rte_pktmbuf_free(m);
 }
 
-void Dataplane::tick(uint64_t now) {
-    neigh_.tick(
-        now, [this](Neighbour& n) { send_arp_request(n.port, n.ip); },
-        [this](Neighbour& n, bool failed) {
-            (failed ? counters_.neigh_failed : counters_.neigh_expired).add();
-            if (n.held != nullptr) drop(n.held, n.port, DropReason::neighbour_unresolved);
-            n.held = nullptr;
-        });
-    if (resolver_ != nullptr) resolver_->expire(now);
-    // Sweep the whole session table about once a second.
-    nat_.expire(now, std::max<uint32_t>(64, nat_.sessions().capacity() / (1000 / kTickMs)));
+void Dataplane::housekeeping(bool busy) {
+    // Bounded per poll while traffic flows, so no poll stalls for a sweep; all at once when idle.
+    const uint32_t slice = busy ? kHousekeepingSlice : UINT32_MAX;
+
+    // Neighbour timers: a pass over the table every kTickMs, a slice of it per poll.
+    if (neigh_cursor_ == kNoPass && now_ms_ >= next_tick_ms_) {
+        neigh_cursor_ = 0;
+        next_tick_ms_ = now_ms_ + kTickMs;
+        if (resolver_ != nullptr) resolver_->expire(now_ms_);
+    }
+    if (neigh_cursor_ != kNoPass) {
+        neigh_cursor_ = neigh_.tick_slots(
+            now_ms_, neigh_cursor_, slice, [this](Neighbour& n) { send_arp_request(n.port, n.ip); },
+            [this](Neighbour& n, bool failed) {
+                (failed ? counters_.neigh_failed : counters_.neigh_expired).add();
+                if (n.held != nullptr) drop(n.held, n.port, DropReason::neighbour_unresolved);
+                n.held = nullptr;
+            });
+        if (neigh_cursor_ >= neigh_.slot_count()) {
+            neigh_cursor_ = kNoPass;
+            publish_gauges();
+        }
+    }
+
+    // Sessions: the whole table about once a second, as credit earned by the clock.
+    if (now_ms_ != sweep_ms_) {
+        const uint64_t cap = nat_.sessions().capacity();
+        sweep_credit_ = std::min(cap, sweep_credit_ + cap * (now_ms_ - sweep_ms_) / 1000 + 1);
+        sweep_ms_ = now_ms_;
+    }
+    if (sweep_credit_ != 0) {
+        const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(sweep_credit_, slice));
+        nat_.expire(now_ms_, n);
+        sweep_credit_ -= n;
+    }
+}
+
+void Dataplane::publish_gauges() {
     sessions_gauge_.store(nat_.session_count(), std::memory_order_relaxed);
     for (int pool = 0; pool < 2; ++pool)
         for (std::size_t proto = 0; proto < kL4Protos; ++proto)

@@ -181,6 +181,8 @@ public:
     static constexpr uint16_t kBurst = 32;
     static constexpr uint16_t kTxQueueLen = 2 * kBurst;
     static constexpr uint32_t kTickMs = 50;  // neighbour timers run at this period
+    // Housekeeping per poll that handled packets: neighbour slots and sessions looked at, each.
+    static constexpr uint32_t kHousekeepingSlice = 64;
 
     Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>& ports, rte_mempool* pool, DpRings rings,
               DpShared shared = {}, DpWorker worker = {});
@@ -293,7 +295,9 @@ private:
     void flush();
     void drop(rte_mbuf* m, uint16_t port, DropReason r);
     bool owns_address(uint32_t ip) const;
-    void tick(uint64_t now_ms);
+    // Timers and the idle-session sweep, a bounded slice per busy poll (see kHousekeepingSlice).
+    void housekeeping(bool busy);
+    void publish_gauges();  // the gauges the control threads read
     uint64_t now_ms() const;
 
     std::unique_ptr<Port[]> ports_;  // fixed at construction: counters never move
@@ -315,6 +319,10 @@ private:
     uint64_t tsc_per_ms_;
     uint64_t now_ms_ = 0;
     uint64_t next_tick_ms_ = 0;
+    static constexpr uint32_t kNoPass = UINT32_MAX;
+    uint32_t neigh_cursor_ = kNoPass;  // the neighbour pass under way: its next slot
+    uint64_t sweep_ms_ = 0;            // the clock the sweep credit was last earned at
+    uint64_t sweep_credit_ = 0;        // sessions the sweep may still look at
 
     // The resolution service (null members when it is off).
     DpResolveConfig resolve_cfg_;

@@ -14,6 +14,7 @@ NeighbourTable::NeighbourTable(uint32_t capacity, NeighbourTimers timers) : time
     slots_.resize(slots);
     mask_ = slots - 1;
     max_used_ = capacity;
+    per_port_.reserve(64);  // grown only for a port index past it
 }
 
 uint32_t NeighbourTable::slot_of(uint16_t port, uint32_t ip) const {
@@ -47,10 +48,13 @@ Neighbour* NeighbourTable::insert(uint16_t port, uint32_t ip) {
     slots_[i].ip = ip;
     slots_[i].port = port;
     ++used_;
+    if (port >= per_port_.size()) per_port_.resize(port + 1u, 0);
+    ++per_port_[port];
     return &slots_[i];
 }
 
 void NeighbourTable::erase(uint32_t hole) {
+    --per_port_[slots_[hole].port];
     slots_[hole] = Neighbour{};
     --used_;
     // Shift later members of the probe chain back so lookups never stop at the hole early.

@@ -3,6 +3,7 @@
 // construction; time is passed in (milliseconds) so tests drive it directly.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -78,7 +79,16 @@ public:
     // expire(entry, failed) just before an entry is removed (failed = never resolved), so the
     // caller can free the held packet and count.
     template <typename Probe, typename Expire>
-    void tick(uint64_t now_ms, Probe&& probe, Expire&& expire);
+    void tick(uint64_t now_ms, Probe&& probe, Expire&& expire) {
+        tick_slots(now_ms, 0, slot_count(), probe, expire);
+    }
+    // The same for `count` slots from `from` (a pass in slices, so no call walks the whole table):
+    // returns where the next slice starts, slot_count() when the pass is done. An entry that the
+    // removal of another moves across the slice's start may be looked at twice or not at all in
+    // one pass; each look only acts on times that are due, so the next pass catches up.
+    template <typename Probe, typename Expire>
+    uint32_t tick_slots(uint64_t now_ms, uint32_t from, uint32_t count, Probe&& probe, Expire&& expire);
+    uint32_t slot_count() const { return static_cast<uint32_t>(slots_.size()); }
 
     // Empties the table, handing every entry to fn first (to free what it holds).
     template <typename Fn>
@@ -86,14 +96,11 @@ public:
         for (Neighbour& n : slots_)
             if (n.state != Neighbour::State::free) fn(n), n = Neighbour{};
         used_ = 0;
+        per_port_.clear();
     }
 
     uint32_t size() const { return used_; }
-    uint32_t count_port(uint16_t port) const {
-        uint32_t n = 0;
-        for (const Neighbour& e : slots_) n += e.state != Neighbour::State::free && e.port == port;
-        return n;
-    }
+    uint32_t count_port(uint16_t port) const { return port < per_port_.size() ? per_port_[port] : 0; }
     uint32_t capacity() const { return max_used_; }  // entries it holds at most
     const NeighbourTimers& timers() const { return timers_; }
 
@@ -107,13 +114,15 @@ private:
     uint32_t mask_;
     uint32_t last_hit_ = 0;  // slot of the last successful find
     uint32_t used_ = 0;
+    std::vector<uint32_t> per_port_;  // entries by port index, kept by insert and erase
     uint32_t max_used_;             // keep the load factor at or under 3/4
     NeighbourTimers timers_;
 };
 
 template <typename Probe, typename Expire>
-void NeighbourTable::tick(uint64_t now_ms, Probe&& probe, Expire&& expire) {
-    for (uint32_t i = 0; i < slots_.size();) {
+uint32_t NeighbourTable::tick_slots(uint64_t now_ms, uint32_t from, uint32_t count, Probe&& probe, Expire&& expire) {
+    const uint32_t end = static_cast<uint32_t>(std::min<uint64_t>(slots_.size(), uint64_t{from} + count));
+    for (uint32_t i = from; i < end;) {
         Neighbour& n = slots_[i];
         bool remove = false;
         switch (n.permanent ? Neighbour::State::free : n.state) {
@@ -145,6 +154,7 @@ void NeighbourTable::tick(uint64_t now_ms, Probe&& probe, Expire&& expire) {
         else
             ++i;
     }
+    return end;
 }
 
 }  // namespace fedgate

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -452,6 +453,39 @@ TEST(NeighbourTable, AMemoRecallsItsEntryWhileItIsReachableAndReadsAChangedMac) 
     const uint16_t fixed = t.memo_of(t.find(kPort, kNextHop));
     tick(t, 100'000, calls);
     EXPECT_NE(t.recall(fixed, kPort, kNextHop), nullptr);
+}
+
+TEST(NeighbourTable, APassInSlicesDoesWhatOneTickDoes) {
+    // Two tables with the same entries: one ticked whole, one in slices of 3 slots.
+    NeighbourTable whole(40, kTimers), sliced(40, kTimers);
+    for (uint32_t i = 0; i < 30; ++i) {
+        const uint32_t ip = htonl(0xC6126400u + i);
+        for (NeighbourTable* t : {&whole, &sliced}) {
+            if (i % 3 == 0)
+                t->lookup(kPort, ip, 1'000);  // incomplete: due a probe
+            else
+                t->learn(kPort, ip, kMac, i % 3 == 1 ? 1'000 : 100, true);  // reachable; some long ago
+        }
+    }
+    Calls a, b;
+    for (const uint64_t now : {1'200ull, 2'000ull, 5'200ull, 7'000ull}) {
+        tick(whole, now, a);
+        uint32_t from = 0, slices = 0;
+        while (from < sliced.slot_count()) {
+            from = sliced.tick_slots(
+                now, from, 3, [&](Neighbour& n) { b.probes.emplace_back(n.port, n.ip); },
+                [&](Neighbour& n, bool failed) { b.expired.push_back({n.port, n.ip, failed, n.held}); });
+            ++slices;
+        }
+        EXPECT_EQ(slices, (sliced.slot_count() + 2) / 3);
+        EXPECT_EQ(whole.size(), sliced.size()) << "at " << now;
+        EXPECT_EQ(whole.count_port(kPort), sliced.count_port(kPort)) << "at " << now;
+    }
+    EXPECT_FALSE(a.probes.empty());
+    EXPECT_FALSE(a.expired.empty());
+    std::multiset<std::pair<uint16_t, uint32_t>> pa(a.probes.begin(), a.probes.end()), pb(b.probes.begin(), b.probes.end());
+    EXPECT_EQ(pa, pb);
+    EXPECT_EQ(a.expired.size(), b.expired.size());
 }
 
 }  // namespace
