@@ -200,6 +200,14 @@ void Gateway::start() {
     wake_.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_.fd < 0)
         throw std::runtime_error(std::string("cannot create the punt thread's eventfd: ") + std::strerror(errno));
+    // Each worker's doorbell: rung after a control request, an injected packet or a hand-off.
+    bells_ = std::make_unique<LcoreWake[]>(workers);
+    bell_count_ = workers;
+    for (uint16_t w = 0; w < workers; ++w) {
+        bells_[w].fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (bells_[w].fd < 0)
+            throw std::runtime_error("cannot create worker " + std::to_string(w) + "'s eventfd: " + std::strerror(errno));
+    }
 
     for (const PortConfig& pc : cfg_.ports) {
         PortSetup setup{pc.name, pc.device};
@@ -288,11 +296,14 @@ void Gateway::start() {
     for (uint16_t w = 0; w < workers; ++w) {
         DataplaneConfig wc = dc;
         wc.nat.worker = w;
+        std::vector<LcoreWake*> bells;
+        for (uint16_t b = 0; b < workers; ++b) bells.push_back(&bells_[b]);
         dps_.push_back(std::make_unique<Dataplane>(
-            wc, dp_ports_, pool_, DpRings{punt_, w == 0 ? inject_ : nullptr, requests_[w], events_, &wake_},
-            DpShared{maps_.get(), rcu_, w, cache_.get(), roce_ ? &roce_->view() : nullptr}, DpWorker{w, workers, handoff_}));
+            wc, dp_ports_, pool_, DpRings{punt_, w == 0 ? inject_ : nullptr, requests_[w], events_, &wake_, &bells_[w]},
+            DpShared{maps_.get(), rcu_, w, cache_.get(), roce_ ? &roce_->view() : nullptr},
+            DpWorker{w, workers, handoff_, std::move(bells)}));
     }
-    pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_);
+    pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_, &bells_[0]);
     std::vector<CapturePort> capture_ports;
     for (std::size_t i = 0; i < ports_.size(); ++i)
         capture_ports.push_back({cfg_.ports[i].name, ports_[i].port_id, ports_[i].queues});
@@ -327,6 +338,10 @@ void Gateway::stop() {
     dps_.clear();
     if (wake_.fd >= 0) ::close(wake_.fd);  // no lcore left to write it
     wake_.fd = -1;
+    for (std::size_t w = 0; w < bell_count_; ++w)
+        if (bells_[w].fd >= 0) ::close(bells_[w].fd);
+    bells_.reset();
+    bell_count_ = 0;
     resolution_.reset();
     auto_maps_.reset();
     roce_.reset();   // no lcore left to read it
@@ -459,7 +474,8 @@ void Gateway::send_udp(uint32_t dst, uint16_t dst_port, std::span<const uint8_t>
     std::memcpy(data + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr), d.data(), d.size());
     Dataplane::write_udp_ipv4(ip, dp_ports_[out].addr, rte_cpu_to_be_32(dst), rte_cpu_to_be_16(cfg_.resolve.port),
                               rte_cpu_to_be_16(dst_port), static_cast<uint16_t>(d.size()));
-    if (rte_ring_mp_enqueue(inject_, m) != 0) rte_pktmbuf_free(m);
+    if (rte_ring_mp_enqueue(inject_, m) != 0) return rte_pktmbuf_free(m);
+    bells_[0].ring();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -627,6 +643,7 @@ std::unique_ptr<DpRequest> Gateway::ask_lcore(std::unique_ptr<DpRequest> req, st
     if (rte_ring_mp_enqueue(requests_.at(w), r) != 0)
         throw MgmtError("the data plane's request ring is full; try again");
     req.release();  // the lcore has it now
+    bells_[w].ring();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!r->done.load(std::memory_order_acquire)) {
         // The lcore may still answer later: the request is left to it (a bounded leak) rather

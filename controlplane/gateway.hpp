@@ -119,6 +119,8 @@ private:
     std::unique_ptr<MetricsServer> metrics_;  // null unless [metrics] listen is set
     std::thread punt_thread_;
     ControlWake wake_;  // the punt thread's doorbell (its eventfd is made in start())
+    std::unique_ptr<LcoreWake[]> bells_;  // each worker's doorbell (eventfds made in start())
+    std::size_t bell_count_ = 0;
     std::atomic<bool> stop_control_{false};
     std::vector<unsigned> dp_lcores_;  // worker i runs on dp_lcores_[i]
     cpu_set_t control_cpus_{};  // where control threads run: the process's CPUs less the data plane's

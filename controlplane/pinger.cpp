@@ -12,8 +12,8 @@
 
 namespace fedgate {
 
-Pinger::Pinger(rte_mempool* pool, rte_ring* inject, std::vector<DpPortConfig> ports)
-    : pool_(pool), inject_(inject), ports_(std::move(ports)) {}
+Pinger::Pinger(rte_mempool* pool, rte_ring* inject, std::vector<DpPortConfig> ports, LcoreWake* bell)
+    : pool_(pool), inject_(inject), ports_(std::move(ports)), bell_(bell) {}
 
 PingResult Pinger::ping(uint32_t dst, uint32_t count, std::chrono::milliseconds timeout) {
     PingResult r;
@@ -62,6 +62,7 @@ PingResult Pinger::ping(uint32_t dst, uint32_t count, std::chrono::milliseconds 
             rte_pktmbuf_free(m);
             throw std::runtime_error("the data plane's inject ring is full");
         }
+        if (bell_ != nullptr) bell_->ring();
         ++r.sent;
         cv_.wait_for(lk, timeout, [&] { return cancelled_ || waiting_[key].answered.has_value(); });
         const Waiter w = waiting_[key];

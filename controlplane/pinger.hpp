@@ -28,7 +28,8 @@ class Pinger {
 public:
     static constexpr uint16_t kPayloadBytes = 56;
 
-    Pinger(rte_mempool* pool, rte_ring* inject, std::vector<DpPortConfig> ports);
+    // `bell`: the injecting lcore's doorbell, rung after each enqueue (null: none).
+    Pinger(rte_mempool* pool, rte_ring* inject, std::vector<DpPortConfig> ports, LcoreWake* bell = nullptr);
 
     // Sends `count` echo requests to `dst` (network order), one after the other, each waiting up to
     // `timeout` for its reply. Blocks the calling control thread. Throws std::runtime_error when
@@ -56,6 +57,7 @@ private:
     rte_mempool* pool_;
     rte_ring* inject_;
     std::vector<DpPortConfig> ports_;
+    LcoreWake* bell_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::map<Key, Waiter> waiting_;

@@ -146,10 +146,12 @@ void Dataplane::run(const std::atomic<bool>& quit) {
     const std::size_t nrxq = std::min(nports_, rxqs.size());
     for (std::size_t i = 0; i < nrxq; ++i) rxqs[i] = {ports_[i].cfg.port_id, queue_};
     // Built here, on the lcore: it sets this thread's timer slack and epoll registrations.
-    IdleWaiter waiter(std::span<const RxQueueRef>(rxqs.data(), nrxq));
+    LcoreWake* const bell = rings_.bell;
+    IdleWaiter waiter(std::span<const RxQueueRef>(rxqs.data(), nrxq), bell != nullptr ? bell->fd : -1);
     IdleConfig idle_cfg = idle_;
-    // Other workers' hand-offs come on a ring, which wakes nothing: no waits past max_sleep_us.
-    if (hand_out_) idle_cfg.deep_after_waits = UINT32_MAX;
+    // Without a doorbell, other workers' hand-offs and control requests come on rings that wake
+    // nothing: then no waits past max_sleep_us.
+    if (bell == nullptr) idle_cfg.deep_after_waits = UINT32_MAX;
     IdleBackoff idle(idle_cfg, waiter.wakeable());
     rte_rcu_qsbr* rcu = shared_.rcu;
     const unsigned me = shared_.rcu_thread;
@@ -165,7 +167,23 @@ void Dataplane::run(const std::atomic<bool>& quit) {
             counters_.idle_sleeps.add();
             // Offline while asleep, so a control thread waiting for a grace period does not wait on us.
             if (rcu != nullptr) rte_rcu_qsbr_thread_offline(rcu, me);
-            waiter.wait(us);
+            bool wait = true;
+            if (bell != nullptr) {
+                bell->sleeping.store(true, std::memory_order_relaxed);
+                // Pairs with LcoreWake::ring(): work enqueued before the ringer could see the flag
+                // is in the rings now, so it is not slept through.
+                std::atomic_thread_fence(std::memory_order_seq_cst);
+                wait = !rings_have_work();
+            }
+            if (wait) waiter.wait(us);
+            if (bell != nullptr) {
+                // Down whether or not anyone rang (a ringer that found it up took it down), and the
+                // eventfd emptied (non-blocking) after every wait: a token a ringer writes just after
+                // this read only ends the next wait early, once.
+                if (!bell->sleeping.exchange(false, std::memory_order_relaxed)) bell->rung.add();
+                uint64_t tokens;
+                (void)!::read(bell->fd, &tokens, sizeof tokens);
+            }
             if (rcu != nullptr) rte_rcu_qsbr_thread_online(rcu, me);
         }
     }
@@ -174,6 +192,12 @@ void Dataplane::run(const std::atomic<bool>& quit) {
         rte_rcu_qsbr_thread_offline(rcu, me);
         rte_rcu_qsbr_thread_unregister(rcu, me);
     }
+}
+
+bool Dataplane::rings_have_work() const {
+    return (rings_.requests != nullptr && rte_ring_count(rings_.requests) != 0) ||
+           (rings_.inject != nullptr && rte_ring_count(rings_.inject) != 0) ||
+           (hand_out_ && rte_ring_count(worker_.handoff[worker_.index]) != 0);
 }
 
 uint32_t Dataplane::poll_once() {
@@ -397,6 +421,7 @@ void Dataplane::flush_hand_offs() {
         if (b.len == 0) continue;
         const unsigned n = rte_ring_mp_enqueue_burst(worker_.handoff[w], reinterpret_cast<void**>(b.pkts), b.len, nullptr);
         counters_.handoffs_sent.add(n);
+        if (n != 0 && w < worker_.bells.size() && worker_.bells[w] != nullptr) worker_.bells[w]->ring();
         for (unsigned j = n; j < b.len; ++j) drop(b.pkts[j], static_cast<uint16_t>(b.pkts[j]->hash.usr & 0xffff),
                                                  DropReason::handoff_ring_full);
         b.len = 0;

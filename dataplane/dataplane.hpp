@@ -6,6 +6,8 @@
 
 #include <rte_ether.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -112,6 +114,24 @@ struct ControlWake {
     alignas(64) std::atomic<bool> sleeping{false};  // its own cache line: the lcore reads it every poll that punts
 };
 
+// The other way: a data-plane lcore's doorbell (an eventfd its idle wait watches beside its RX
+// queues). Whoever puts work on one of its rings (a control request, an injected packet, another
+// worker's hand-off) rings it after the enqueue; only a sleeping lcore gets the write.
+struct LcoreWake {
+    int fd = -1;
+    alignas(64) std::atomic<bool> sleeping{false};
+    Counter rung;  // waits a ringer ended (written by the lcore only)
+
+    void ring() {
+        // Pairs with the lcore's fence between raising the flag and its last look at its rings.
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (fd >= 0 && sleeping.load(std::memory_order_relaxed) && sleeping.exchange(false)) {
+            const uint64_t one = 1;
+            (void)!::write(fd, &one, sizeof one);
+        }
+    }
+};
+
 // Rings between the lcore and the control threads. Both carry mbufs.
 //  punt:   lcore -> control, packets the control threads must see (echo replies to our pings, ...);
 //          multi-producer when several workers share it
@@ -128,6 +148,7 @@ struct DpRings {
     rte_ring* requests = nullptr;
     rte_ring* events = nullptr;
     ControlWake* wake = nullptr;  // null: nobody sleeps on punt/events (tests that poll them)
+    LcoreWake* bell = nullptr;    // this lcore's doorbell; null: its waits end on traffic or time only
 };
 
 // A question to the lcore. The control thread sizes `sessions` (reserve) before it asks, so the
@@ -168,6 +189,7 @@ struct DpWorker {
     uint16_t index = 0;
     uint16_t count = 1;
     std::vector<rte_ring*> handoff;  // count rings, or empty when count == 1
+    std::vector<LcoreWake*> bells{};  // each worker's doorbell, rung after a hand-off; may be empty
 };
 
 // Counters of the resolution service on the lcore, beyond the resolver's own.
@@ -299,6 +321,7 @@ private:
     void housekeeping(bool busy);
     void publish_gauges();  // the gauges the control threads read
     uint64_t now_ms() const;
+    bool rings_have_work() const;  // requests, inject or hand-offs waiting (the doorbell's last look)
 
     std::unique_ptr<Port[]> ports_;  // fixed at construction: counters never move
     std::size_t nports_;

@@ -18,7 +18,7 @@ constexpr unsigned long kTimerSlackNs = 1000;
 
 }  // namespace
 
-IdleWaiter::IdleWaiter(std::span<const RxQueueRef> queues) {
+IdleWaiter::IdleWaiter(std::span<const RxQueueRef> queues, int doorbell) {
     wakeable_ = !queues.empty() && queues.size() < kMaxPollFds;
     for (const RxQueueRef& q : queues) {
         const RxWakeSource s = rx_wake_source(q.port_id, q.queue);
@@ -32,6 +32,8 @@ IdleWaiter::IdleWaiter(std::span<const RxQueueRef> queues) {
     if (!wakeable_) {
         fds_.clear();
         interrupts_.clear();
+    } else if (doorbell >= 0) {
+        fds_.push_back(doorbell);  // without wake sources the waits are naps, short enough anyway
     }
     // Rx interrupts come through an epoll descriptor of our own, which ppoll watches beside the
     // sockets; rte_epoll_wait then consumes the event the way the interrupt's kind needs.

@@ -110,7 +110,9 @@ class IdleWaiter {
 public:
     static constexpr size_t kMaxPollFds = 64;
 
-    explicit IdleWaiter(std::span<const RxQueueRef> queues);
+    // `doorbell`: a descriptor (an eventfd) that also ends a wakeable wait; -1 for none. The
+    // caller reads it to reset it.
+    explicit IdleWaiter(std::span<const RxQueueRef> queues, int doorbell = -1);
     ~IdleWaiter();
     IdleWaiter(const IdleWaiter&) = delete;
     IdleWaiter& operator=(const IdleWaiter&) = delete;
@@ -122,7 +124,7 @@ public:
 
 private:
     std::vector<RxQueueRef> interrupts_;  // queues to arm before waiting
-    std::vector<int> fds_;                // sockets, then the EAL epoll descriptor if any
+    std::vector<int> fds_;                // sockets, the doorbell, then the EAL epoll descriptor if any
     int epfd_ = -1;
     bool wakeable_ = false;
     long saved_slack_ns_ = -1;

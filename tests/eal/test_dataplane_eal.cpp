@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include <chrono>
+#include <thread>
 #include <filesystem>
 
 #include "controlplane/counter_table.hpp"
@@ -1082,6 +1083,59 @@ TEST(PortWakeSource, TapRxInterruptWakesOnAFrame) {
     const PortHandle h = bring_up_port(PortSetup{"t", "net_tap_w0,iface=fgtapw0"}, g_pool);
     ASSERT_EQ(std::system("ip link set fgtapw0 up"), 0);
     expect_traffic_wakes(h, "fgtapw0", true);
+    close_port(h);
+}
+
+// A worker asleep on its queue's wake source (here with naps of 10 s) is woken by its doorbell when
+// a control request arrives: the answer comes long before the nap would end.
+TEST(LcoreDoorbell, AControlRequestWakesASleepingWorker) {
+    VethPair veth("fgdb");
+    ASSERT_TRUE(veth.ok());
+    const PortHandle h = bring_up_port(PortSetup{"d", "net_af_packet_d0,iface=" + veth.a()}, g_pool);
+    DataplaneConfig cfg;
+    cfg.idle.spin = false;
+    cfg.idle.empty_polls_before_sleep = 4;
+    cfg.idle.max_sleep_us = 10'000'000;
+    cfg.idle.deep_sleep_max_us = 10'000'000;
+    std::vector<DpPortConfig> pc(1);
+    pc[0] = {h.port_id, PortRole::internal, h.mac, be("198.18.7.1"), 24, 0, {}};
+    rte_ring* requests = rte_ring_create("dbreq", 8, 0, RING_F_SC_DEQ);
+    ASSERT_NE(requests, nullptr);
+    LcoreWake bell;
+    bell.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ASSERT_GE(bell.fd, 0);
+    auto dp = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{nullptr, nullptr, requests, nullptr, nullptr, &bell});
+    std::atomic<bool> quit{false}, ended{false};
+    std::thread lcore([&] {
+        dp->run(quit);
+        ended = true;
+    });
+
+    const auto wait_for = [](auto&& cond, std::chrono::seconds limit) {
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        while (!cond() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return cond();
+    };
+    // Asleep: its flag is up (and stays up past the empty polls).
+    EXPECT_TRUE(wait_for([&] { return bell.sleeping.load(); }, std::chrono::seconds(20)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(bell.sleeping.load()) << "the worker should be in its 10 s wait";
+
+    auto req = std::make_unique<DpRequest>();
+    req->kind = DpRequest::Kind::session_dump;
+    ASSERT_EQ(rte_ring_mp_enqueue(requests, req.get()), 0);
+    bell.ring();
+    EXPECT_TRUE(wait_for([&] { return req->done.load(std::memory_order_acquire); }, std::chrono::seconds(5)))
+        << "the doorbell did not end the wait";
+    EXPECT_GE(bell.rung.get(), 1u);
+
+    quit = true;
+    // Rung until the loop ends: a ring before its next wait starts finds nobody asleep.
+    EXPECT_TRUE(wait_for([&] { bell.ring(); return ended.load(); }, std::chrono::seconds(30)));
+    lcore.join();
+    dp.reset();
+    ::close(bell.fd);
+    rte_ring_free(requests);
     close_port(h);
 }
 
