@@ -180,7 +180,7 @@ void Dataplane::run(const std::atomic<bool>& quit) {
                 // Down whether or not anyone rang (a ringer that found it up took it down), and the
                 // eventfd emptied (non-blocking) after every wait: a token a ringer writes just after
                 // this read only ends the next wait early, once.
-                if (!bell->sleeping.exchange(false, std::memory_order_relaxed)) bell->rung.add();
+                if (!bell->sleeping.exchange(false, std::memory_order_relaxed)) counters_.doorbell_wakeups.add();
                 uint64_t tokens;
                 (void)!::read(bell->fd, &tokens, sizeof tokens);
             }

@@ -120,7 +120,6 @@ struct ControlWake {
 struct LcoreWake {
     int fd = -1;
     alignas(64) std::atomic<bool> sleeping{false};
-    Counter rung;  // waits a ringer ended (written by the lcore only)
 
     void ring() {
         // Pairs with the lcore's fence between raising the flag and its last look at its rings.

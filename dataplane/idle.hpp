@@ -25,8 +25,8 @@ struct IdleConfig {
     uint32_t warm_naps = 1024;
     // Wakeable waits (traffic ends them) of max_sleep_us, this many in a row (about 50 ms),
     // before they double up to deep_sleep_max_us: what an idle gateway costs then is a few
-    // hundred wake-ups a second. Only control requests and injected packets (rings, which wake
-    // nothing) wait that long, and only after 50 ms without a packet.
+    // hundred wake-ups a second. Work on rings ends a wait through the lcore's doorbell
+    // (LcoreWake); without one it waits that long, and only after 50 ms without a packet.
     uint32_t deep_after_waits = 250;
     uint32_t deep_sleep_max_us = 5000;
 };

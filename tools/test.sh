@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/test.sh — the README's second command, and what CI runs: installs what is missing, then
-# builds and runs every test: fuzzers (briefly), the meson build, the whole ctest suite under
-# ASan+UBSan, and the whole suite on the Release build. Warnings are errors throughout.
+# builds and runs every test: fuzzers (briefly), the meson build, the ctest suite under ASan+UBSan
+# (all but the benchmark smokes, which measure nothing there), and the whole suite on the Release
+# build. Warnings are errors throughout.
 set -euo pipefail
 
 usage() {
@@ -12,7 +13,7 @@ Builds fedgate and runs every test; run as root (the EAL and network namespaces 
   1. apt-get installs what is missing (tools/deps.sh)
   2. fuzz targets built with clang/libFuzzer, each run for N seconds (default 30)
   3. the meson build in meson_dpdk/ (the DPDK way of building the same daemon)
-  4. ASan+UBSan build (build-asan/), whole ctest suite
+  4. ASan+UBSan build (build-asan/), the ctest suite less the benchmark smokes (label bench)
   5. Release build (build/), whole ctest suite: unit, EAL, integration
   --quick           skip 2-4 (Release build and its tests only)
   --fuzz-seconds N  time per fuzz target
@@ -72,11 +73,12 @@ if ((!QUICK)); then
     ninja -C build-meson
     build-meson/fedgated --version
 
-    step "ASan+UBSan build and the whole suite"
+    step "ASan+UBSan build and the suite (benchmark smokes run in the Release build)"
     cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFEDGATE_SANITIZE=ON -DFEDGATE_WERROR=ON >/dev/null
     cmake --build build-asan -j "$JOBS"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        LSAN_OPTIONS=suppressions=$ROOT/tools/lsan.supp ctest --test-dir build-asan --output-on-failure --timeout 900
+        LSAN_OPTIONS=suppressions=$ROOT/tools/lsan.supp ctest --test-dir build-asan --output-on-failure --timeout 900 \
+        --label-exclude bench
 fi
 
 step "Release build and the whole suite"
