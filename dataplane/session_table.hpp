@@ -122,7 +122,10 @@ public:
     // indexes; then find(k, h) reads both from cache. The prefetches never change the outcome.
     uint32_t hash(const FlowKey& k) const {
         const uint32_t h = hash_of(k);
-        __builtin_prefetch(&slots_[h & mask_]);
+        // A 24-byte slot may straddle two cache lines: fetch both (the second is usually the same).
+        const char* slot = reinterpret_cast<const char*>(&slots_[h & mask_]);
+        __builtin_prefetch(slot);
+        __builtin_prefetch(slot + sizeof(Slot) - 1);
         return h;
     }
     // Returns the slot it found (the key's, or the empty one ending its chain) for find(k, h, slot).
