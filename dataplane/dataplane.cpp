@@ -177,12 +177,15 @@ void Dataplane::run(const std::atomic<bool>& quit) {
             }
             if (wait) waiter.wait(us);
             if (bell != nullptr) {
-                // Down whether or not anyone rang (a ringer that found it up took it down), and the
-                // eventfd emptied (non-blocking) after every wait: a token a ringer writes just after
-                // this read only ends the next wait early, once.
+                // Down whether or not anyone rang (a ringer that found it up took it down). The
+                // eventfd is read (non-blocking) only when the wait saw it readable: a token a
+                // ringer writes after the wait ended only ends the next wait early, once, and is
+                // read then; no system call after the waits traffic ends.
                 if (!bell->sleeping.exchange(false, std::memory_order_relaxed)) counters_.doorbell_wakeups.add();
-                uint64_t tokens;
-                (void)!::read(bell->fd, &tokens, sizeof tokens);
+                if (waiter.doorbell_rang()) {
+                    uint64_t tokens;
+                    (void)!::read(bell->fd, &tokens, sizeof tokens);
+                }
             }
             if (rcu != nullptr) rte_rcu_qsbr_thread_online(rcu, me);
         }

@@ -33,6 +33,7 @@ IdleWaiter::IdleWaiter(std::span<const RxQueueRef> queues, int doorbell) {
         fds_.clear();
         interrupts_.clear();
     } else if (doorbell >= 0) {
+        doorbell_at_ = static_cast<int>(fds_.size());
         fds_.push_back(doorbell);  // without wake sources the waits are naps, short enough anyway
     }
     // Rx interrupts come through an epoll descriptor of our own, which ppoll watches beside the
@@ -74,6 +75,7 @@ bool IdleWaiter::wait(uint32_t us) {
     for (size_t i = 0; i < n; ++i) pfds[i] = {fds_[i], POLLIN, 0};
     const int ready = ppoll(pfds, n, &ts, nullptr);
     for (const RxQueueRef& q : interrupts_) rte_eth_dev_rx_intr_disable(q.port_id, q.queue);
+    doorbell_rang_ = ready > 0 && doorbell_at_ >= 0 && (pfds[doorbell_at_].revents & POLLIN) != 0;
     if (ready <= 0) return false;
     if (epfd_ >= 0 && (pfds[n - 1].revents & POLLIN) != 0) {
         rte_epoll_event ev[8];

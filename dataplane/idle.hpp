@@ -119,13 +119,18 @@ public:
 
     // True when traffic on any of the queues ends a wait (every queue has a wake source).
     bool wakeable() const { return wakeable_; }
-    // Waits up to `us` microseconds; returns true if a queue's descriptor turned readable.
+    // Waits up to `us` microseconds; returns true if a queue's descriptor (or the doorbell)
+    // turned readable.
     bool wait(uint32_t us);
+    // The last wait found the doorbell readable (the caller reads it, to empty it).
+    bool doorbell_rang() const { return doorbell_rang_; }
 
 private:
     std::vector<RxQueueRef> interrupts_;  // queues to arm before waiting
     std::vector<int> fds_;                // sockets, the doorbell, then the EAL epoll descriptor if any
     int epfd_ = -1;
+    int doorbell_at_ = -1;  // its index in fds_
+    bool doorbell_rang_ = false;
     bool wakeable_ = false;
     long saved_slack_ns_ = -1;
 };
