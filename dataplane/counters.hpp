@@ -44,6 +44,7 @@ struct alignas(64) LcoreCounters {
     Counter control_wakeups;  // eventfd writes to a sleeping control thread (ControlWake)
     Counter handoffs_sent, handoffs_received;  // packets steered to / taken from another worker
     Counter arp_copies_sent;                   // ARP packets copied to the other workers to learn from
+    Counter arp_copies_failed;                 // ... copies not made (no mbuf)
     Counter doorbell_wakeups;                  // waits ended by the doorbell (LcoreWake)
 };
 

@@ -319,8 +319,8 @@ void Dataplane::handle_arp(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
             for (uint16_t w = 0; w < worker_.count; ++w) {
                 if (w == worker_.index) continue;
                 rte_mbuf* c = rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX);
-                if (c == nullptr) {
-                    port.counters.drop(DropReason::handoff_ring_full);
+                if (c == nullptr) {  // not a drop: the packet itself goes on; that worker learns later
+                    counters_.arp_copies_failed.add();
                     continue;
                 }
                 counters_.arp_copies_sent.add();

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <functional>
 #include <new>
+#include <random>
 #include <stdexcept>
 
 namespace fedgate {
@@ -35,7 +36,9 @@ void* allocate_table_memory(std::size_t bytes) {
 
 void release_table_memory(void* p) { std::free(p); }
 
-SessionTable::SessionTable(uint32_t max_sessions) {
+uint32_t SessionTable::random_seed() { return std::random_device{}(); }
+
+SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed) : seed_(seed) {
     if (max_sessions == 0) throw std::invalid_argument("session table: max_sessions must be positive");
     if (max_sessions > kMaxSessions) throw std::invalid_argument("session table: max_sessions above 16M");
     pool_ = FixedArray<Session>(max_sessions);

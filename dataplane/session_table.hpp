@@ -112,7 +112,11 @@ public:
         uint8_t dir = 0;             // which of the session's keys matched
     };
 
-    explicit SessionTable(uint32_t max_sessions);
+    // `seed`: the flow hash's; by default a random one per table (per start of the daemon), so
+    // nobody can craft flows that collide on purpose.
+    explicit SessionTable(uint32_t max_sessions, uint32_t seed = random_seed());
+    static uint32_t random_seed();
+    uint32_t seed() const { return seed_; }
 
     Hit find(const FlowKey& k);
     bool contains(const FlowKey& k) const;
@@ -173,13 +177,14 @@ private:
     static_assert(sizeof(Slot) == 24);
     static constexpr uint32_t kEmpty = UINT32_MAX;
 
-    // CRC32-C of the key as two 64-bit words, then a multiply-xorshift finaliser: CRC is linear in
-    // its input, so flows that differ in a few bits would crowd into a few home slots without it
-    // (1024 benchmark flows on 268 of 4096 slots). Inline: the batched path hashes a burst at once.
-    static uint32_t hash_of(const FlowKey& k) {
+    // CRC32-C of the key as two 64-bit words from the table's seed, then a multiply-xorshift
+    // finaliser: CRC is linear in its input, so flows that differ in a few bits would crowd into a
+    // few home slots without it (1024 benchmark flows on 268 of 4096 slots). Inline: the batched
+    // path hashes a burst at once.
+    uint32_t hash_of(const FlowKey& k) const {
         const uint64_t addrs = static_cast<uint64_t>(k.dst) << 32 | k.src;
         const uint64_t rest = static_cast<uint64_t>(k.proto) << 32 | static_cast<uint32_t>(k.sport) << 16 | k.dport;
-        uint32_t h = crc32c_u64(rest, crc32c_u64(addrs, kHashSeed));
+        uint32_t h = crc32c_u64(rest, crc32c_u64(addrs, seed_));
         h ^= h >> 16;
         h *= 0x85ebca6bu;
         h ^= h >> 13;
@@ -187,7 +192,7 @@ private:
         h ^= h >> 16;
         return h;
     }
-    static constexpr uint32_t kHashSeed = 0x5e55'10f5;
+    uint32_t seed_;
     uint32_t slot_of(const FlowKey& k, uint32_t h) const;  // the slot holding k, or the empty slot ending its chain
     bool index(const FlowKey& k, uint32_t ref);
     void unindex(const FlowKey& k);

@@ -347,8 +347,9 @@ po::options_description global_options() {
     po::options_description d("global options");
     d.add_options()
         ("socket", po::value<std::string>()->value_name("PATH"), "fedgated's management socket (see below)")
-        ("json", po::bool_switch(), "print the daemon's result as JSON (2-space indent)")
-        ("help,h", po::bool_switch(), "show help and exit");
+        ("json,j", po::bool_switch(), "print the daemon's result as JSON (2-space indent)")
+        ("help,h", po::bool_switch(), "show help and exit")
+        ("version", po::bool_switch(), "print fedgatectl's version and exit (fedgated's: fedgatectl status)");
     return d;
 }
 
@@ -1403,6 +1404,10 @@ int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err
             print_command_help(out, *cmd);
         else
             print_help(out);
+        return 0;
+    }
+    if (vm["version"].as<bool>()) {
+        out << kProg << " " << FEDGATE_VERSION << "\n";
         return 0;
     }
     if (!cmd)

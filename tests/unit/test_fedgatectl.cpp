@@ -249,6 +249,24 @@ TEST(FedgatectlHelp, HelpExitsZeroAndMentionsEveryCommand) {
     }
 }
 
+TEST(FedgatectlArgs, VersionPrintsTheVersionWithoutADaemon) {
+    CtlResult r = ctl({"--version"});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.out, std::string("fedgatectl ") + FEDGATE_VERSION + "\n");
+    EXPECT_EQ(r.err, "");
+    EXPECT_NE(ctl({"--help"}).out.find("--version"), std::string::npos);
+}
+
+TEST(FedgatectlArgs, DashJIsTheShortFormOfJson) {
+    for (const char* flag : {"-j", "--json"}) {
+        FakeDaemon daemon;
+        daemon.answer(R"({"ok":true,"result":{"party":"alpha","n":1}})");
+        CtlResult r = ctl({"--socket", daemon.path(), flag, "stats"});
+        EXPECT_EQ(r.status, 0) << flag << ": " << r.err;
+        EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::parse(R"({"party":"alpha","n":1})")) << flag;
+    }
+}
+
 TEST(FedgatectlHelp, CommandHelpShowsItsOptionsAndExample) {
     for (const auto& args : {std::vector<std::string>{"help", "ping"}, std::vector<std::string>{"ping", "--help"}}) {
         CtlResult r = ctl(args);
