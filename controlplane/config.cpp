@@ -6,12 +6,16 @@
 #include "controlplane/mapping.hpp"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <toml++/toml.h>
@@ -307,8 +311,32 @@ PortConfig read_port(const std::string& file, const toml::table& t, std::size_t 
     return p;
 }
 
-PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t i) {
-    TableReader r(file, t, "peer[" + std::to_string(i) + "]", {"party", "party_id", "address", "key"});
+// A key kept like a secret: a regular file, owned by root (or by the user the daemon runs as), that
+// neither group nor others may read or write. Its text is the key in hex (whitespace around it is
+// ignored).
+std::string read_key_file(const TableReader& r, const std::string& key, const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) r.fail(key, "cannot read " + path + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) r.fail(key, path + " is not a regular file");
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    if ((st.st_mode & 077) != 0)
+        r.fail(key, path + " has mode " + mode + ": a key must not be open to group or others (chmod 600 " + path + ")");
+    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+        r.fail(key, path + " is owned by uid " + std::to_string(st.st_uid) + ", not root (chown root " + path + ")");
+    std::ifstream in(path);
+    std::stringstream ss;
+    if (!in || !(ss << in.rdbuf())) r.fail(key, "cannot read " + path + ": " + std::strerror(errno));
+    std::string text = ss.str();
+    const auto space = [](unsigned char ch) { return std::isspace(ch) != 0; };
+    text.erase(text.begin(), std::find_if_not(text.begin(), text.end(), space));
+    text.erase(std::find_if_not(text.rbegin(), text.rend(), space).base(), text.end());
+    return text;
+}
+
+PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t i, std::vector<std::string>& warnings) {
+    TableReader r(file, t, "peer[" + std::to_string(i) + "]",
+                  {"party", "party_id", "address", "key", "key_file", "key_credential"});
     PeerConfig p;
     p.party = *r.string("party", true);
     if (!valid_name(p.party)) r.fail("party", "'" + p.party + "' must be 1-32 letters, digits, '-' or '_'");
@@ -317,11 +345,42 @@ PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t 
     const auto ip = parse_ipv4(addr);
     if (!ip) r.fail("address", "'" + addr + "' is not an IPv4 address");
     p.address = *ip;
-    const std::string key = *r.string("key", true);
-    if (key.empty()) r.fail("key", "must not be empty (hex, at least 16 bytes)");
+    // The key: from a file (key_file), from a systemd credential (key_credential: a file the unit's
+    // LoadCredential= put in $CREDENTIALS_DIRECTORY), or inline (key, with a warning).
+    const auto inline_key = r.string("key", false);
+    const auto key_file = r.string("key_file", false);
+    const auto credential = r.string("key_credential", false);
+    const int sources = (inline_key ? 1 : 0) + (key_file ? 1 : 0) + (credential ? 1 : 0);
+    if (sources == 0) r.fail("key", "missing (required): give key_file (a file of hex, mode 0600, owned by root), "
+                                    "key_credential or key");
+    if (sources > 1) r.fail(inline_key ? "key" : "key_file", "give one of key, key_file and key_credential");
+    std::string key, from = "key";
+    if (key_file) {
+        from = "key_file";
+        if (key_file->empty()) r.fail(from, "must not be empty");
+        std::filesystem::path path(*key_file);
+        if (path.is_relative()) path = std::filesystem::path(file).parent_path() / path;  // beside the config
+        p.key_file = path.lexically_normal().string();
+        key = read_key_file(r, from, p.key_file);
+    } else if (credential) {
+        from = "key_credential";
+        const char* dir = std::getenv("CREDENTIALS_DIRECTORY");
+        if (credential->empty() || credential->find('/') != std::string::npos)
+            r.fail(from, "'" + *credential + "' must be a credential's name (LoadCredential=NAME:PATH)");
+        if (dir == nullptr || *dir == '\0')
+            r.fail(from, "$CREDENTIALS_DIRECTORY is not set: run under systemd with LoadCredential=" + *credential +
+                             ":/etc/fedgate/keys/...");
+        p.key_file = std::string(dir) + "/" + *credential;
+        key = read_key_file(r, from, p.key_file);
+    } else {
+        key = *inline_key;
+        warnings.push_back(file + ": peer[" + std::to_string(i) + "].key: the key is inline in the config; keep it in " +
+                           "a key_file (mode 0600, owned by root) or a systemd credential (key_credential)");
+    }
+    if (key.empty()) r.fail(from, "must not be empty (hex, at least 16 bytes)");
     p.key = parse_hex(key);
-    if (p.key.empty()) r.fail("key", "must be an even number of hex digits");
-    if (p.key.size() < 16) r.fail("key", "is " + std::to_string(p.key.size()) + " bytes; at least 16 are needed");
+    if (p.key.empty()) r.fail(from, "must be an even number of hex digits");
+    if (p.key.size() < 16) r.fail(from, "is " + std::to_string(p.key.size()) + " bytes; at least 16 are needed");
     return p;
 }
 
@@ -599,7 +658,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     const auto ports = table_array(top, root, "port");
     for (std::size_t i = 0; i < ports.size(); ++i) c.ports.push_back(read_port(source_name, *ports[i], i));
     const auto peers = table_array(top, root, "peer");
-    for (std::size_t i = 0; i < peers.size(); ++i) c.peers.push_back(read_peer(source_name, *peers[i], i));
+    for (std::size_t i = 0; i < peers.size(); ++i) c.peers.push_back(read_peer(source_name, *peers[i], i, c.warnings));
     read_nat(source_name, sub_table(top, root, "nat", false, empty), c.nat);
     read_resolve(source_name, sub_table(top, root, "resolve", false, empty), c.resolve);
     read_connect(source_name, sub_table(top, root, "connect", false, empty), c.connect);

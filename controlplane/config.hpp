@@ -52,6 +52,7 @@ struct PeerConfig {
     uint16_t party_id = 0;
     uint32_t address = 0;  // host byte order
     std::vector<uint8_t> key;
+    std::string key_file;  // where the key was read from (key_file or key_credential); empty: inline
     bool operator==(const PeerConfig&) const = default;
 };
 
@@ -200,6 +201,7 @@ struct MetricsSettings {
 };
 
 struct Config {
+    std::vector<std::string> warnings;  // not errors, but an operator should hear of them (--check prints them)
     std::string source;  // the file it came from
     std::string party;
     uint16_t party_id = 0;

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
         std::cerr << "fedgated: config error: " << e.what() << "\n";
         return 1;
     }
+    for (const std::string& w : cfg.warnings) std::cerr << "fedgated: warning: " << w << "\n";
     if (vm["check"].as<bool>()) {
         std::cout << cfg.source << ": ok: party " << cfg.party << " (id " << cfg.party_id << "), " << cfg.ports.size()
                   << " ports, " << cfg.peers.size() << " peers\n";

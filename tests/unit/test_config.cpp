@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "controlplane/config.hpp"
@@ -593,7 +595,9 @@ TEST(ConfigErrors, EmptyPeerKeyIsCalledEmpty) {
 
 TEST(ConfigErrors, MissingPeerKeyPointsAtThePeerHeader) {
     const std::string text = replaced(kGood, "key = \"00112233445566778899aabbccddeeff\"\n", "");
-    EXPECT_TRUE(rejects(text, "peer[0].key", "missing (required)", line_of(text, "[[peer]]")));
+    EXPECT_TRUE(rejects(text, "peer[0].key",
+                        "missing (required): give key_file (a file of hex, mode 0600, owned by root), key_credential or key",
+                        line_of(text, "[[peer]]")));
 }
 
 // ---- [nat], [[import]] and [[export]] ----
@@ -1326,3 +1330,122 @@ TEST(ConfigErrors, MetricsListenOnADataPlaneAddressIsRefused) {
                         "as 127.0.0.1",
                         line_of(text, "listen")));
 }
+
+// ---- peer keys kept like secrets ----
+
+namespace {
+
+// A private directory with a key file in it, removed with everything in it.
+class KeyDir {
+public:
+    KeyDir() {
+        std::string tmpl = (std::filesystem::temp_directory_path() / "fedgate-keys-XXXXXX").string();
+        if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        dir_ = tmpl;
+    }
+    ~KeyDir() { std::filesystem::remove_all(dir_); }
+    std::string write(const std::string& name, const std::string& text, std::filesystem::perms mode) const {
+        const std::string path = dir_ + "/" + name;
+        std::ofstream(path) << text;
+        std::filesystem::permissions(path, mode);
+        return path;
+    }
+    const std::string& path() const { return dir_; }
+
+private:
+    std::string dir_;
+};
+
+const std::string kBetaKeyHex = "00112233445566778899aabbccddeeff";
+constexpr auto kOwnerOnly = std::filesystem::perms::owner_read | std::filesystem::perms::owner_write;
+
+std::string with_key_line(const std::string& line) {
+    return replaced(kGood, "key = \"" + kBetaKeyHex + "\"", line);
+}
+
+// The error parsing `text` (as `source`) gives, or "" when it parses.
+std::string error_of(const std::string& text, const std::string& source = "test.toml") {
+    try {
+        parse_config(text, source);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(ConfigKeys, AKeyFileIsReadAndAnInlineKeyIsWarnedAbout) {
+    KeyDir d;
+    const std::string path = d.write("beta.key", "  " + kBetaKeyHex + "\n", kOwnerOnly);
+    const fedgate::Config from_file = parse_config(with_key_line("key_file = \"" + path + "\""), "test.toml");
+    ASSERT_EQ(from_file.peers.size(), 1u);
+    EXPECT_EQ(from_file.peers[0].key.size(), 16u);
+    EXPECT_EQ(from_file.peers[0].key[15], 0xff);
+    EXPECT_EQ(from_file.peers[0].key_file, path);
+    EXPECT_TRUE(from_file.warnings.empty());
+
+    const fedgate::Config inline_key = parse_config(kGood, "test.toml");
+    EXPECT_EQ(inline_key.peers[0].key, from_file.peers[0].key);
+    ASSERT_EQ(inline_key.warnings.size(), 1u);
+    EXPECT_NE(inline_key.warnings[0].find("peer[0].key: the key is inline"), std::string::npos) << inline_key.warnings[0];
+}
+
+TEST(ConfigKeys, ARelativeKeyFileIsBesideTheConfig) {
+    KeyDir d;
+    d.write("beta.key", kBetaKeyHex, kOwnerOnly);
+    const fedgate::Config c = parse_config(with_key_line("key_file = \"beta.key\""), d.path() + "/fedgate.toml");
+    EXPECT_EQ(c.peers[0].key_file, d.path() + "/beta.key");
+    EXPECT_EQ(c.peers[0].key.size(), 16u);
+}
+
+TEST(ConfigKeys, AKeyFileOpenToGroupOrOthersIsRefusedNamingItsMode) {
+    KeyDir d;
+    using P = std::filesystem::perms;
+    for (const auto& [mode, text] : {std::pair{kOwnerOnly | P::group_read | P::others_read, "0644"},
+                                     std::pair{kOwnerOnly | P::group_read, "0640"},
+                                     std::pair{kOwnerOnly | P::others_write, "0602"}}) {
+        const std::string path = d.write(std::string("k") + text, kBetaKeyHex, mode);
+        const std::string err = error_of(with_key_line("key_file = \"" + path + "\""));
+        EXPECT_NE(err.find("peer[0].key_file: " + path + " has mode " + text), std::string::npos) << err;
+    }
+}
+
+TEST(ConfigKeys, AKeyFileNotOwnedByRootIsRefused) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the file away";
+    KeyDir d;
+    const std::string path = d.write("beta.key", kBetaKeyHex, kOwnerOnly);
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+    const std::string err = error_of(with_key_line("key_file = \"" + path + "\""));
+    EXPECT_NE(err.find(path + " is owned by uid 65534, not root"), std::string::npos) << err;
+}
+
+TEST(ConfigKeys, MissingOrBadKeyFilesAndTwoSourcesAreRefused) {
+    KeyDir d;
+    std::string err = error_of(with_key_line("key_file = \"" + d.path() + "/none.key\""));
+    EXPECT_NE(err.find("key_file: cannot read " + d.path() + "/none.key: No such file or directory"), std::string::npos) << err;
+    const std::string shortkey = d.write("short.key", "0011", kOwnerOnly);
+    err = error_of(with_key_line("key_file = \"" + shortkey + "\""));
+    EXPECT_NE(err.find("key_file: is 2 bytes; at least 16 are needed"), std::string::npos) << err;
+    const std::string good = d.write("beta.key", kBetaKeyHex, kOwnerOnly);
+    err = error_of(with_key_line("key = \"" + kBetaKeyHex + "\"\nkey_file = \"" + good + "\""));
+    EXPECT_NE(err.find("give one of key, key_file and key_credential"), std::string::npos) << err;
+    err = error_of(with_key_line(""));
+    EXPECT_NE(err.find("key: missing (required): give key_file"), std::string::npos) << err;
+}
+
+TEST(ConfigKeys, ASystemdCredentialIsReadFromItsDirectory) {
+    KeyDir d;
+    d.write("beta.key", kBetaKeyHex, kOwnerOnly);
+    const std::string text = with_key_line("key_credential = \"beta.key\"");
+    ::unsetenv("CREDENTIALS_DIRECTORY");
+    std::string err = error_of(text);
+    EXPECT_NE(err.find("key_credential: $CREDENTIALS_DIRECTORY is not set"), std::string::npos) << err;
+    ::setenv("CREDENTIALS_DIRECTORY", d.path().c_str(), 1);
+    const fedgate::Config c = parse_config(text, "test.toml");
+    EXPECT_EQ(c.peers[0].key_file, d.path() + "/beta.key");
+    EXPECT_EQ(c.peers[0].key.size(), 16u);
+    err = error_of(with_key_line("key_credential = \"../beta.key\""));
+    EXPECT_NE(err.find("must be a credential's name"), std::string::npos) << err;
+    ::unsetenv("CREDENTIALS_DIRECTORY");
+}
+
+}  // namespace
