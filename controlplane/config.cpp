@@ -311,6 +311,18 @@ PortConfig read_port(const std::string& file, const toml::table& t, std::size_t 
     return p;
 }
 
+// The keys printed in the README, the example config, the man pages and the operator's guide: an
+// operator who copies an example must not end up with a key everybody has.
+bool is_published_key(const std::vector<uint8_t>& key) {
+    static const char* const kPublished[] = {
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",  // README, fedgate.toml.example
+        "5c0e1f7a9b2d4e6f8a1c3e5f7b9d2a4c6e8f1a3c5e7b9d2f4a6c8e1b3d5f7a9c",  // docs/operators-guide.md
+    };
+    for (const char* hex : kPublished)
+        if (parse_hex(hex) == key) return true;
+    return false;
+}
+
 // A key kept like a secret: a regular file, owned by root (or by the user the daemon runs as), that
 // neither group nor others may read or write. Its text is the key in hex (whitespace around it is
 // ignored).
@@ -381,6 +393,9 @@ PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t 
     p.key = parse_hex(key);
     if (p.key.empty()) r.fail(from, "must be an even number of hex digits");
     if (p.key.size() < 16) r.fail(from, "is " + std::to_string(p.key.size()) + " bytes; at least 16 are needed");
+    if (is_published_key(p.key))
+        r.fail(from, "is the example key printed in fedgate's documentation, which anyone can read: make one "
+                     "(openssl rand -hex 32) and give the same to the peer");
     return p;
 }
 

@@ -298,7 +298,7 @@ static_neighbours = ["198.19.0.2 02:00:00:00:00:02"]
 party = "beta"
 party_id = 2
 address = "198.19.0.2"
-key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+key = "6b1d3e8a2f4c7a9e0d5b8c1f3a6e9d2c4b7f0a3e6d9c2b5f8e1a4d7c0b3e6f92"
 $IMPORT
 TOML
     "$BUILD/controlplane/fedgated" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &

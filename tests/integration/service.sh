@@ -188,11 +188,29 @@ grep -qF "$WORK" /proc/mounts && fail "a test mount leaked out of its namespace"
 
 # ---- the example config ------------------------------------------------------------------------------
 F=$D/usr/bin/fedgated
-expect "the example config loads" 0 "fedgate.toml.example: ok: party alpha (id 1), 2 ports, 1 peers" -- \
+# As shipped, its key is the one printed in the docs: refused. With a key of one's own it loads, and
+# an inline key is warned about.
+expect "the example config's published key is refused" 1 "peer[0].key: is the example key printed in fedgate's documentation" -- \
     "$F" --check --config "$D$example"
+OWN_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d " \n")
+sed -e "s/^key = \".*\"/key = \"$OWN_KEY\"/" "$D$example" >"$WORK/example.toml"
+expect "the example config loads with a key of its own" 0 "example.toml: ok: party alpha (id 1), 2 ports, 1 peers" -- \
+    "$F" --check --config "$WORK/example.toml"
+expect "an inline key is warned about" 0 "warning: $WORK/example.toml: peer[0].key: the key is inline" -- \
+    "$F" --check --config "$WORK/example.toml"
+# The key in a file beside the config: refused while others may read it, loaded at 0600, no warning.
+echo "$OWN_KEY" >"$WORK/beta.key"
+chmod 644 "$WORK/beta.key"
+sed -e 's/^key = ".*"/key_file = "beta.key"/' "$D$example" >"$WORK/keyfile.toml"
+expect "a key file others may read is refused, naming it and its mode" 1 \
+    "peer[0].key_file: $WORK/beta.key has mode 0644" -- "$F" --check --config "$WORK/keyfile.toml"
+chmod 600 "$WORK/beta.key"
+expect "a key file at 0600 loads" 0 "ok: party alpha" -- "$F" --check --config "$WORK/keyfile.toml"
+out=$("$F" --check --config "$WORK/keyfile.toml" 2>&1) || true
+[[ $out != *warning* ]] && ok "a key file gets no warning" || fail "warned about a key file: $out"
 # Its commented alternatives load too.
 sed -e 's/^# static_neighbours = /static_neighbours = /' \
-    -e 's/^args = .*//' -e 's/^#   args = /args = /' "$D$example" >"$WORK/alternatives.toml"
+    -e 's/^args = .*//' -e 's/^#   args = /args = /' "$WORK/example.toml" >"$WORK/alternatives.toml"
 grep -q '^static_neighbours = ' "$WORK/alternatives.toml" && grep -q '^args = \[.*--no-huge' "$WORK/alternatives.toml" ||
     fail "the example's commented static_neighbours or --no-huge args line is gone"
 expect "the example's commented alternatives load" 0 "ok: party alpha" -- "$F" --check --config "$WORK/alternatives.toml"

@@ -37,10 +37,17 @@ std::string example_config(const std::string& md) {
     return md.substr(start + 8, end - start - 8);
 }
 
+// The docs print peer keys that fedgated refuses as real ones (Reference.EveryKeyPrintedInTheDocsIsRefused):
+// a doc's config is checked with keys of its own in their place.
+std::string with_own_keys(const std::string& text) {
+    return std::regex_replace(text, std::regex(R"re(key = "[0-9a-fA-F]{32,}")re"),
+                              "key = \"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\"");
+}
+
 TEST(Docs, ReadmeExampleConfigLoadsAndShowsTheRealDefaults) {
     const std::string text = example_config(readme());
     ASSERT_FALSE(text.empty()) << "README.md has no ```toml block under ## Configuration";
-    const Config c = parse_config(text, "README.md");
+    const Config c = parse_config(with_own_keys(text), "README.md");
     EXPECT_EQ(c.party, "alpha");
     EXPECT_EQ(c.socket, kDefaultSocket);
     EXPECT_EQ(c.state_dir, kDefaultStateDir);
@@ -311,7 +318,7 @@ std::size_t check_config_quotes(const std::string& file, const std::string& md) 
         if (b.lang != "toml") continue;
         const std::string where = file + ":" + std::to_string(b.line);
         if (b.text.find("[gateway]") != std::string::npos) {
-            EXPECT_NO_THROW(parse_config(b.text, where)) << "the config block at " << where << " does not load";
+            EXPECT_NO_THROW(parse_config(with_own_keys(b.text), where)) << "the config block at " << where << " does not load";
             ++checked;
         }
         for (const auto& use : testing::toml_key_uses(b.text, /*commented=*/false)) {
