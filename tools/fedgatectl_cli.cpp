@@ -455,8 +455,15 @@ void print_status(std::ostream& out, const Json& r) {
             std::vector<std::string> note{"port " + field(p, "port_id"), "driver " + field(p, "driver"),
                                           "next hop " + (hop.is_null() ? std::string("none") : text(hop)),
                                           "neighbours " + field(p, "neighbours")};
+            // The offloads that are on, by name ("offloads rss,tx_checksum"), or "none".
+            if (const Json& off = member(p, "offloads"); off.is_object()) {
+                std::vector<std::string> on;
+                for (const auto& el : off.items())
+                    if (el.value().is_boolean() && el.value().get<bool>()) on.push_back(el.key());
+                note.push_back("offloads " + (on.empty() ? std::string("none") : join(on, ",")));
+            }
             for (auto& e : extra_members(p, {"name", "role", "port_id", "device", "driver", "address",
-                                             "next_hop", "mac", "link", "neighbours"}))
+                                             "next_hop", "mac", "link", "neighbours", "offloads"}))
                 note.push_back(std::move(e));
             t.row({field(p, "name"), field(p, "role"), field(p, "address"), field(p, "mac"),
                    link_text(member(p, "link")), field(p, "device")},

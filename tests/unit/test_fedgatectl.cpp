@@ -140,10 +140,12 @@ private:
 constexpr const char* kStatusReply = R"({"ok":true,"result":{"party":"alpha","party_id":1,"version":"0.1.0",
 "pid":123,"uptime_s":12.5,"dataplane_lcores":[0],"idle":"backoff","ports":[
 {"name":"internal","role":"internal","port_id":0,"device":"net_af_packet0,iface=veth-a-in","driver":"net_af_packet",
- "address":"198.18.1.1/24","next_hop":null,"mac":"02:00:00:00:01:01","link":{"up":true,"speed_mbps":10000,"duplex":"full"},
+ "address":"198.18.1.1/24","next_hop":null,"mac":"02:00:00:00:01:01",
+ "offloads":{"rss":true,"rx_checksum":false,"tx_checksum":true},"link":{"up":true,"speed_mbps":10000,"duplex":"full"},
  "neighbours":2},
 {"name":"external","role":"external","port_id":1,"device":"net_af_packet1,iface=veth-a-ex","driver":"net_af_packet",
- "address":"198.19.0.1/24","next_hop":"198.19.0.254","mac":"02:00:00:00:02:01","link":{"up":false,"speed_mbps":0,"duplex":"half"},
+ "address":"198.19.0.1/24","next_hop":"198.19.0.254","mac":"02:00:00:00:02:01",
+ "offloads":{"rss":false,"rx_checksum":false,"tx_checksum":false},"link":{"up":false,"speed_mbps":0,"duplex":"half"},
  "neighbours":0}],
 "peers":[{"party":"beta","party_id":2,"address":"198.19.0.2"},{"party":"gamma","party_id":3,"address":"198.19.0.3"}]}})";
 
@@ -373,9 +375,9 @@ TEST(FedgatectlOutput, StatusPrintsHeaderPortsAndPeers) {
     EXPECT_EQ(r.out,
               "party alpha (id 1)  version 0.1.0  pid 123  up 12s  dataplane lcores 0  idle backoff\n"
               "internal  internal  198.18.1.1/24  02:00:00:00:01:01  link up 10000Mb/s full  net_af_packet0,iface=veth-a-in\n"
-              "    port 0  driver net_af_packet  next hop none  neighbours 2\n"
+              "    port 0  driver net_af_packet  next hop none  neighbours 2  offloads rss,tx_checksum\n"
               "external  external  198.19.0.1/24  02:00:00:00:02:01  link down               net_af_packet1,iface=veth-a-ex\n"
-              "    port 1  driver net_af_packet  next hop 198.19.0.254  neighbours 0\n"
+              "    port 1  driver net_af_packet  next hop 198.19.0.254  neighbours 0  offloads none\n"
               "peer  beta   id 2  198.19.0.2\n"
               "peer  gamma  id 3  198.19.0.3\n");
     EXPECT_EQ(r.err, "");
