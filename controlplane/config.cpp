@@ -422,7 +422,8 @@ void read_resolve(const std::string& file, const toml::table& t, ResolveSettings
     TableReader r(file, t, "resolve",
                   {"port", "announce", "cache_capacity", "pending_queries", "query_timeout_ms", "negative_ttl_ms",
                    "answer_ttl_s", "heartbeat_ms", "heartbeat_timeout_ms", "broadcast_rate", "broadcast_burst",
-                   "requester_broadcast_rate", "requester_broadcast_burst", "sync_interval_ms", "max_clock_skew_ms",
+                   "requester_broadcast_rate", "requester_broadcast_burst", "peer_verify_rate", "peer_verify_burst",
+                   "sync_interval_ms", "max_clock_skew_ms",
                    "announce_window", "retransmit_ms"});
     if (auto p = r.integer("port", false, 1, 65535)) s.port = static_cast<uint16_t>(*p);
     r.boolean("announce", s.announce);
@@ -437,6 +438,8 @@ void read_resolve(const std::string& file, const toml::table& t, ResolveSettings
     r.uint("broadcast_burst", s.broadcast_burst, 1, 1'000'000);
     r.uint("requester_broadcast_rate", s.requester_broadcast_rate, 0, 1'000'000);
     r.uint("requester_broadcast_burst", s.requester_broadcast_burst, 1, 1'000'000);
+    r.uint("peer_verify_rate", s.peer_verify_rate, 0, 10'000'000);
+    r.uint("peer_verify_burst", s.peer_verify_burst, 1, 10'000'000);
     r.uint("sync_interval_ms", s.sync_interval_ms, 10, 3'600'000);
     r.uint("max_clock_skew_ms", s.max_clock_skew_ms, 100, 86'400'000);
     r.uint("announce_window", s.announce_window, 1, 4096);

@@ -129,6 +129,11 @@ inline constexpr uint32_t kDefaultAnswerTtlS = 60;  // for answered records whos
 inline constexpr uint32_t kDefaultHeartbeatMs = 1000;
 inline constexpr uint32_t kDefaultHeartbeatTimeoutMs = 5000;
 inline constexpr uint32_t kDefaultBroadcastRateCfg = 200;
+// A peer's messages whose MAC the data plane checks, per second and at once: far above what the
+// announce stream and queries need, far below what a flood from the peer's address could cost
+// (an HMAC-SHA256 check is about a microsecond).
+inline constexpr uint32_t kDefaultPeerVerifyRate = 20'000;
+inline constexpr uint32_t kDefaultPeerVerifyBurst = 2'000;
 inline constexpr uint32_t kDefaultBroadcastBurstCfg = 50;
 inline constexpr uint32_t kDefaultRequesterBroadcastRateCfg = 20;
 inline constexpr uint32_t kDefaultRequesterBroadcastBurstCfg = 10;
@@ -152,6 +157,8 @@ struct ResolveSettings {
     uint32_t broadcast_burst = kDefaultBroadcastBurstCfg;
     uint32_t requester_broadcast_rate = kDefaultRequesterBroadcastRateCfg;  // per second, per requester
     uint32_t requester_broadcast_burst = kDefaultRequesterBroadcastBurstCfg;
+    uint32_t peer_verify_rate = kDefaultPeerVerifyRate;    // MAC checks per second per peer (0: no limit)
+    uint32_t peer_verify_burst = kDefaultPeerVerifyBurst;
     uint32_t sync_interval_ms = kDefaultSyncIntervalMs;   // stream keepalive to each peer
     uint32_t max_clock_skew_ms = kDefaultMaxClockSkewMs;  // peer messages older or newer are refused
     uint32_t announce_window = kDefaultAnnounceWindow;    // announce messages in flight per peer

@@ -138,6 +138,13 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
     return 0;
 }
 
+// One lcore's share of the per-peer MAC-check budget (each worker checks its own messages).
+static PeerVerifyLimit peer_verify_limit(const ResolveSettings& rs, std::size_t workers) {
+    const uint32_t n = static_cast<uint32_t>(std::max<std::size_t>(1, workers));
+    if (rs.peer_verify_rate == 0) return {};
+    return {std::max<uint32_t>(1, rs.peer_verify_rate / n), std::max<uint32_t>(1, rs.peer_verify_burst / n)};
+}
+
 void Gateway::start() {
     std::error_code ec;
     std::filesystem::create_directories(cfg_.state_dir, ec);
@@ -291,6 +298,7 @@ void Gateway::start() {
     }
 
     // Broadcast budgets are the gateway's: each worker takes its share.
+    dc.resolve.peer_verify = peer_verify_limit(rs, workers);
     dc.resolve.resolver.broadcast_rate = std::max<uint32_t>(1, rs.broadcast_rate / workers);
     dc.resolve.resolver.broadcast_burst = std::max<uint32_t>(1, rs.broadcast_burst / workers);
     for (uint16_t w = 0; w < workers; ++w) {
@@ -767,7 +775,7 @@ nlohmann::ordered_json Gateway::reload() {
         for (std::size_t w = 0; w < dps_.size(); ++w) {  // each worker checks peer messages with its own table
             auto r = std::make_unique<DpRequest>();
             r->kind = DpRequest::Kind::set_peers;
-            r->peers = make_peer_table(dp_peers(c), SeqClock::realtime_ns());
+            r->peers = make_peer_table(dp_peers(c), SeqClock::realtime_ns(), peer_verify_limit(c.resolve, dps_.size()));
             for (const PeerConfig& p : c.peers) r->peer_parties.push_back(p.party_id);
             ask_lcore(std::move(r), kRequestTimeout, w);  // comes back holding the old table, freed here
         }

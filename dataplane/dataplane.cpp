@@ -64,13 +64,17 @@ int Dataplane::route_for_nat(const void* self, uint32_t dst, uint32_t* next_hop)
     return route(static_cast<const Dataplane*>(self)->port_cfgs_, dst, next_hop);
 }
 
-std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint64_t start_seq) {
+std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint64_t start_seq, PeerVerifyLimit limit) {
     std::vector<DpPeerState> table;
     table.reserve(peers.size());
     for (const DpPeer& p : peers)
     {
-        DpPeerState& st = table.emplace_back(DpPeerState{p, HmacKey(p.key), {}});
+        DpPeerState& st = table.emplace_back(DpPeerState{p, HmacKey(p.key), {}, {}, false});
         for (ReplayWindow& w : st.windows) w = ReplayWindow(start_seq);
+        if (limit.rate != 0) {
+            st.verify_budget = TokenBucket(limit.rate, std::max<uint32_t>(1, limit.burst));
+            st.limited = true;
+        }
     }
     return table;
 }
@@ -118,7 +122,7 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
         resolve_port_be_ = rte_cpu_to_be_16(cfg.resolve.port);
         resolve_cfg_.resolver.peer_parties.clear();
         // Our own clock starts each window: messages stamped before we started are refused.
-        peers_ = make_peer_table(cfg.resolve.peers, SeqClock::realtime_ns());
+        peers_ = make_peer_table(cfg.resolve.peers, SeqClock::realtime_ns(), cfg.resolve.peer_verify);
         for (const DpPeer& p : cfg.resolve.peers) resolve_cfg_.resolver.peer_parties.push_back(p.party);
         // Our queries carry our index, so the answer comes back to us whichever worker takes it in.
         resolve_cfg_.resolver.query_tag = static_cast<uint8_t>(worker_.index);
@@ -868,6 +872,8 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
     case ReplayVerdict::replayed:
     case ReplayVerdict::too_old: return drop(m, in, DropReason::resolve_replayed);
     }
+    // The cheap checks passed; the MAC costs about a microsecond: only within the peer's budget.
+    if (peer.limited && !peer.verify_budget.allow(now_ms_)) return drop(m, in, DropReason::resolve_peer_rate_limited);
     if (!peer.key.verify(msg.authenticated, msg.mac)) return drop(m, in, DropReason::resolve_bad_mac);
     window.accept(msg.header.seq);  // only now: a forged message never moves the window
     resolve_counters_.peer_msgs.add();

@@ -19,6 +19,7 @@
 #include "dataplane/neighbour.hpp"
 #include "dataplane/packet.hpp"
 #include "dataplane/peer_auth.hpp"
+#include "dataplane/rate_limiter.hpp"
 #include "dataplane/resolver.hpp"
 #include "dataplane/roce.hpp"
 
@@ -67,11 +68,22 @@ struct DpPeerState {
     DpPeer cfg;
     HmacKey key;
     ReplayWindow windows[kPeerChannels];
+    // MAC checks this lcore may spend on the peer's messages (after the cheap checks): a flood from
+    // its address cannot eat the core. Unlimited when `limited` is false.
+    TokenBucket verify_budget;
+    bool limited = false;
+};
+
+// How many of a peer's messages an lcore checks the MAC of, per second and at once; rate 0: no limit.
+struct PeerVerifyLimit {
+    uint32_t rate = 0;
+    uint32_t burst = 1;
 };
 
 // A fresh peer table for `peers`: windows start at `start_seq` (our clock), so messages stamped
 // before it are refused. Control threads build it; the lcore adopts it (set_peers).
-std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint64_t start_seq);
+std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint64_t start_seq,
+                                         PeerVerifyLimit limit = {});
 // A peer of `next` that `old` holds unchanged (address, party and key) keeps its replay windows,
 // so a reload neither refuses its messages in flight nor lets old ones be replayed. No allocation.
 void carry_over_replay_windows(const std::vector<DpPeerState>& old, std::vector<DpPeerState>& next);
@@ -80,6 +92,7 @@ void carry_over_replay_windows(const std::vector<DpPeerState>& old, std::vector<
 struct DpResolveConfig {
     uint16_t port = 0;  // host order
     uint64_t max_skew_ns = 30'000'000'000ull;
+    PeerVerifyLimit peer_verify;  // this lcore's share of [resolve] peer_verify_rate/burst
     ResolverConfig resolver;     // its peer_parties are filled in from `peers`
     std::vector<DpPeer> peers;
 };

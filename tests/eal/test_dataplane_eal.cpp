@@ -823,6 +823,36 @@ TEST_F(ResolveDataplaneTest, MissIsQueriedAtTheOwnerAndItsSignedAnswerRelayed) {
     EXPECT_EQ(ev.negative, 0);
 }
 
+// A flood of forged messages from a peer's address: past the peer's budget their MACs are not even
+// checked (counted as resolve_peer_rate_limited), and a good message within the budget still passes.
+TEST_F(ResolveDataplaneTest, APeersMessagesPastItsBudgetAreDroppedBeforeTheirMacIsChecked) {
+    std::vector<DpPortConfig> pc(2);
+    MacAddr peer;
+    std::memcpy(peer.data(), kPeerGw.data(), 6);
+    pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0, {}};
+    pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, 0, {{be(kPeerIp), peer}}};
+    DataplaneConfig cfg;
+    cfg.resolve.port = kPort;
+    cfg.resolve.resolver.party_id = 1;
+    cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey});
+    cfg.resolve.peer_verify = PeerVerifyLimit{1, 4};  // four at once, then one a second
+    dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_, &bell_.wake},
+                                      DpShared{nullptr, nullptr, 0, &cache_});
+    const HmacKey good(kKey), forged(std::vector<uint8_t>(32, 0x77));
+    const uint64_t seq0 = SeqClock::realtime_ns();
+    SyncBody sb{};
+    const auto from_peer = [&](uint64_t seq, const HmacKey& key) {
+        return PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(kPort, kPort)
+            .payload(message(MsgType::sync, 2, seq, &sb, sizeof sb, &key)).build();
+    };
+    receive(1, from_peer(seq0 + 1, good));  // within the budget: checked, good, punted
+    for (uint64_t i = 0; i < 20; ++i) receive(1, from_peer(seq0 + 2 + i, forged));
+    dp_->poll_once();
+    EXPECT_EQ(drops(1, DropReason::resolve_bad_mac), 3u) << "the budget's other three checks";
+    EXPECT_EQ(drops(1, DropReason::resolve_peer_rate_limited), 17u);
+    EXPECT_EQ(dp_->resolve_counters().punted_peer_msgs.get(), 1u);
+}
+
 TEST_F(ResolveDataplaneTest, ClientMessagesOnTheExternalPortAndPeerMessagesFromStrangersAreDropped) {
     ResolveBody b;
     store_be64(b.target, ProcessId::make(1, 5, 5).value);

@@ -1135,6 +1135,8 @@ broadcast_rate = 10
 broadcast_burst = 5
 requester_broadcast_rate = 2
 requester_broadcast_burst = 3
+peer_verify_rate = 500
+peer_verify_burst = 40
 sync_interval_ms = 700
 max_clock_skew_ms = 5000
 announce_window = 16
@@ -1158,6 +1160,8 @@ TEST(Config, ResolveTableParsesEveryValue) {
     EXPECT_EQ(r.broadcast_burst, 5u);
     EXPECT_EQ(r.requester_broadcast_rate, 2u);
     EXPECT_EQ(r.requester_broadcast_burst, 3u);
+    EXPECT_EQ(r.peer_verify_rate, 500u);
+    EXPECT_EQ(r.peer_verify_burst, 40u);
     EXPECT_EQ(r.sync_interval_ms, 700u);
     EXPECT_EQ(r.max_clock_skew_ms, 5000u);
     EXPECT_EQ(r.announce_window, 16u);
@@ -1181,8 +1185,8 @@ TEST(ConfigErrors, ResolveUnknownKeyIsNamed) {
     EXPECT_TRUE(rejects(text, "resolve.answer_tll_s",
                         "unknown key (known here: port, announce, cache_capacity, pending_queries, query_timeout_ms, "
                         "negative_ttl_ms, answer_ttl_s, heartbeat_ms, heartbeat_timeout_ms, broadcast_rate, "
-                        "broadcast_burst, requester_broadcast_rate, requester_broadcast_burst, sync_interval_ms, "
-                        "max_clock_skew_ms, announce_window, retransmit_ms)",
+                        "broadcast_burst, requester_broadcast_rate, requester_broadcast_burst, peer_verify_rate, "
+                        "peer_verify_burst, sync_interval_ms, max_clock_skew_ms, announce_window, retransmit_ms)",
                         line_of(text, "answer_tll_s")));
 }
 
