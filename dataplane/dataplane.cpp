@@ -360,10 +360,7 @@ void Dataplane::learn_from_arp(uint16_t in, const rte_arp_hdr& arp, bool for_us)
     counters_.neigh_learned.add();
     if (rte_mbuf* held = n->held; held != nullptr) {
         n->held = nullptr;
-        auto* heth = at<rte_ether_hdr>(held, 0);
-        heth->dst_addr = arp.arp_data.arp_sha;
-        heth->src_addr = ports_[in].cfg.mac;
-        tx(held, in);
+        tx_to(held, in, arp.arp_data.arp_sha);
     }
 }
 
@@ -590,14 +587,8 @@ void Dataplane::handle_inject(rte_mbuf* m) {
 }
 
 void Dataplane::send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo) {
-    Port& port = ports_[out];
     if (memo != nullptr) {
-        if (const Neighbour* n = neigh_.recall(*memo, out, next_hop); n != nullptr) {
-            auto* eth = at<rte_ether_hdr>(m, 0);
-            eth->dst_addr = from_mac(n->mac);
-            eth->src_addr = port.cfg.mac;
-            return tx(m, out);
-        }
+        if (const Neighbour* n = neigh_.recall(*memo, out, next_hop); n != nullptr) return tx_to(m, out, from_mac(n->mac));
     }
     const NeighbourTable::Lookup l = neigh_.lookup(out, next_hop, now_ms_);
     switch (l.verdict) {
@@ -612,10 +603,7 @@ void Dataplane::send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t
     case NeighbourTable::Verdict::resolved_probe: send_arp_request(out, next_hop); [[fallthrough]];
     case NeighbourTable::Verdict::resolved: {
         if (memo != nullptr) *memo = neigh_.memo_of(l.entry);  // recall() decides whether it serves
-        auto* eth = at<rte_ether_hdr>(m, 0);
-        eth->dst_addr = from_mac(l.entry->mac);
-        eth->src_addr = port.cfg.mac;
-        return tx(m, out);
+        return tx_to(m, out, from_mac(l.entry->mac));
     }
     }
 }
@@ -639,6 +627,13 @@ void Dataplane::send_arp_request(uint16_t out, uint32_t target_ip) {
     std::memset(&arp->arp_data.arp_tha, 0, sizeof arp->arp_data.arp_tha);
     arp->arp_data.arp_tip = target_ip;
     counters_.arp_requests_sent.add();
+    tx(m, out);
+}
+
+void Dataplane::tx_to(rte_mbuf* m, uint16_t out, const rte_ether_addr& dst) {
+    auto* eth = at<rte_ether_hdr>(m, 0);
+    eth->dst_addr = dst;
+    eth->src_addr = ports_[out].cfg.mac;
     tx(m, out);
 }
 

@@ -326,6 +326,8 @@ private:
     void send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo = nullptr);
     void send_arp_request(uint16_t out, uint32_t target_ip);
     void tx(rte_mbuf* m, uint16_t out);
+    // Addresses the frame from port `out`'s MAC to `dst` and queues it there.
+    void tx_to(rte_mbuf* m, uint16_t out, const rte_ether_addr& dst);
     void flush();
     void drop(rte_mbuf* m, uint16_t port, DropReason r);
     bool owns_address(uint32_t ip) const;
