@@ -11,7 +11,8 @@ usage: tools/test.sh [--quick] [--fuzz-seconds N]
 
 Builds fedgate and runs every test; run as root (the EAL and network namespaces need it).
   1. apt-get installs what is missing (tools/deps.sh)
-  2. fuzz targets built with clang/libFuzzer, each run for N seconds (default 30)
+  2. fuzz targets built with clang/libFuzzer, each run for N seconds (default 30) from a copy of
+     its corpus in tests/fuzz/corpus/<target>/ and made seeds (tools/fuzz.sh runs them longer)
   3. the meson build in meson_dpdk/ (the DPDK way of building the same daemon)
   4. ASan+UBSan build (build-asan/), the ctest suite less the benchmark smokes (label bench)
   5. Release build (build/), whole ctest suite: unit, EAL, integration
@@ -54,17 +55,22 @@ if ((!QUICK)); then
     step "fuzz targets (clang, libFuzzer), ${FUZZ_SECONDS}s each"
     CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATE_FUZZ=ON \
         -DFEDGATE_TESTS=ON -DFEDGATE_WERROR=ON >/dev/null
-    cmake --build build-fuzz --target fuzz_packet fuzz_config fuzz_nat fuzz_resolve fuzz_make_seeds -j "$JOBS"
-    rm -rf build-fuzz/corpus-packet build-fuzz/corpus-config build-fuzz/corpus-nat build-fuzz/corpus-resolve \
-        build-fuzz/artifacts
-    mkdir -p build-fuzz/corpus-packet build-fuzz/corpus-config build-fuzz/corpus-nat build-fuzz/corpus-resolve \
-        build-fuzz/artifacts
+    cmake --build build-fuzz --target fuzz_packet fuzz_config fuzz_nat fuzz_resolve fuzz_handshake fuzz_announce \
+        fuzz_make_seeds -j "$JOBS"
+    # Each target starts where the corpus kept in the tree left off (copied: a run leaves the tree
+    # as it was; tools/fuzz.sh --merge writes a grown corpus back), plus the seeds that are made.
+    rm -rf build-fuzz/corpus-* build-fuzz/artifacts
+    mkdir -p build-fuzz/artifacts
+    for t in packet config nat resolve handshake announce; do
+        mkdir -p "build-fuzz/corpus-$t"
+        if [[ -d tests/fuzz/corpus/$t ]]; then cp -r "tests/fuzz/corpus/$t/." "build-fuzz/corpus-$t/"; fi
+    done
     build-fuzz/tests/fuzz_make_seeds build-fuzz/corpus-packet
     build-fuzz/tests/fuzz_make_seeds build-fuzz/corpus-nat
     build-fuzz/tests/fuzz_make_seeds build-fuzz/corpus-resolve resolve
-    cp README.md build-fuzz/corpus-config/ 2>/dev/null || true
-    for t in packet config nat resolve; do
-        build-fuzz/tests/fuzz_$t -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
+    cp dist/fedgate.toml.example build-fuzz/corpus-config/example.toml
+    for t in packet config nat resolve handshake announce; do
+        build-fuzz/tests/fuzz_$t -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -timeout=10 \
             -artifact_prefix=build-fuzz/artifacts/ "build-fuzz/corpus-$t" 2>&1 | tail -n 4
     done
 
