@@ -35,6 +35,7 @@
 #include "fedgate/handshake_only.hpp"
 #include "fedgate/node_client.hpp"
 #include "client/src/tcp_backend.hpp"
+#include "tools/bash_completion.hpp"
 #include "tools/command_table.hpp"
 #include "tools/sidecar.hpp"
 
@@ -94,6 +95,7 @@ int run_register(const Invocation&);
 int run_deregister(const Invocation&);
 int run_resolve(const Invocation&);
 int run_help(const Invocation&);
+int run_completion(const Invocation&);
 
 constexpr std::array kCommands{
     Command{"register", "",
@@ -146,6 +148,10 @@ constexpr std::array kCommands{
             "--pid 1.3.7\n"
             "fedgate-node --gateway 198.18.1.1 forward --listen 0.0.0.0:6000 --to 2.7.50 --pid 1.3.7 --transport tcp",
             forward_options, run_forward},
+    Command{"completion", "bash", "",
+            "print a bash completion script for fedgate-node's commands and options (installed in "
+            "share/bash-completion/completions)",
+            "source <(fedgate-node completion bash)", cli::completion_operand, run_completion},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgate-node help register",
             help_options, run_help},
 };
@@ -1197,6 +1203,14 @@ int run_help(const Invocation& inv) {
     return 0;
 }
 
+// ---- completion ------------------------------------------------------------------------------
+
+int run_completion(const Invocation& inv) {
+    cli::check_completion_shell(inv.vm);
+    cli::print_bash_completion(inv.out, kProgram, kCommands, global_options());
+    return 0;
+}
+
 // ---- dispatch --------------------------------------------------------------------------------
 
 void print_version(std::ostream& out) { out << kProg << " " << FEDGATE_VERSION << "\n"; }
@@ -1233,6 +1247,15 @@ int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err
 }
 
 }  // namespace
+
+std::vector<const cli::CommandText*> fedgate_node_commands() {
+    std::vector<const cli::CommandText*> rows;
+    for (const Command& c : kCommands)
+        rows.push_back(&c);
+    return rows;
+}
+
+po::options_description fedgate_node_global_options() { return global_options(); }
 
 int run_fedgate_node(int argc, char** argv, std::ostream& out, std::ostream& err, int stop_fd) {
     try {

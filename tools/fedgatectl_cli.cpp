@@ -25,6 +25,7 @@
 
 #include "controlplane/config.hpp"  // kDefaultSocket, shared with fedgated; header-only constants
 #include "proto/resolve_wire.hpp"  // process IDs; DPDK-free
+#include "tools/bash_completion.hpp"
 #include "tools/command_table.hpp"
 #include "tools/mgmt_client.hpp"
 
@@ -99,6 +100,7 @@ int run_log_list(const Invocation&);
 int run_reload(const Invocation&);
 void capture_options(po::options_description&, po::options_description&, po::positional_options_description&);
 int run_capture(const Invocation&);
+int run_completion(const Invocation&);
 
 constexpr std::array kCommands{
     Command{"status", "", "", "show the party, its ports with address and link, and its peers",
@@ -157,6 +159,10 @@ constexpr std::array kCommands{
     Command{"reload", "", "",
             "re-read the config file and apply changed peers, mappings and log levels, or refuse it whole",
             "fedgatectl reload\nfedgatectl reload --json", nullptr, run_reload},
+    Command{"completion", "bash", "",
+            "print a bash completion script for fedgatectl's commands and options (installed in "
+            "share/bash-completion/completions)",
+            "source <(fedgatectl completion bash)", cli::completion_operand, run_completion},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgatectl help ping",
             help_options, run_help},
 };
@@ -1386,6 +1392,14 @@ int run_help(const Invocation& inv) {
     return 0;
 }
 
+// ---- completion ------------------------------------------------------------------------------
+
+int run_completion(const Invocation& inv) {
+    cli::check_completion_shell(inv.vm);
+    cli::print_bash_completion(inv.out, kProgram, kCommands, global_options());
+    return 0;
+}
+
 // ---- dispatch --------------------------------------------------------------------------------
 
 std::string default_socket() {
@@ -1439,6 +1453,15 @@ int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err
 }
 
 }  // namespace
+
+std::vector<const cli::CommandText*> fedgatectl_commands() {
+    std::vector<const cli::CommandText*> rows;
+    for (const Command& c : kCommands)
+        rows.push_back(&c);
+    return rows;
+}
+
+po::options_description fedgatectl_global_options() { return global_options(); }
 
 int run_fedgatectl(int argc, char** argv, std::ostream& out, std::ostream& err) {
     try {
