@@ -16,6 +16,8 @@ PKGS=(
   iproute2 iputils-ping ethtool procps python3 python3-scapy iperf3 curl nftables tshark sockperf
   # the service and man pages: systemd-analyze verify, groff and man to render them
   systemd groff-base man-db
+  # Debian packages (tools/package.sh, tests/install/packages.sh): dpkg-shlibdeps computes Depends
+  dpkg-dev
 )
 
 missing=()

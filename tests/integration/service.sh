@@ -42,7 +42,8 @@ helper=/usr/libexec/fedgate/fedgate-hugepages
 example=/etc/fedgate/fedgate.toml.example
 executables=(/usr/bin/fedgated /usr/bin/fedgatectl /usr/bin/fedgate-node "$helper")
 readable=("$unit" "$example" /usr/share/man/man8/fedgated.8 /usr/share/man/man8/fedgatectl.8
-    /usr/share/man/man1/fedgate-node.1)
+    /usr/share/man/man1/fedgate-node.1 /usr/share/bash-completion/completions/fedgatectl
+    /usr/share/bash-completion/completions/fedgate-node)
 for f in "${executables[@]}"; do
     [[ -f $D$f && -x $D$f ]] && ok "installed, executable: $f" || fail "missing or not executable: $f"
 done
