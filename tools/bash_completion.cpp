@@ -47,8 +47,8 @@ std::vector<std::string> option_entries(const po::options_description& d) {
     return out;
 }
 
-// The words an operand list of choices may be: "[import|export]" and "bash" name theirs; "PID",
-// "[COMMAND]" and "TYPE LEVEL" name none.
+// The words an operand list of choices may be: "[import|export]" names them; "PID", "[COMMAND]"
+// and "TYPE LEVEL" name none.
 std::vector<std::string> operand_choices(std::string_view operands) {
     std::string s(operands);
     if (s.size() >= 2 && s.front() == '[' && s.back() == ']')
@@ -217,20 +217,6 @@ std::string with_function_name(std::string_view text, const std::string& fn) {
 }
 
 }  // namespace
-
-void completion_operand(po::options_description&, po::options_description& hidden,
-                        po::positional_options_description& positional) {
-    hidden.add_options()("shell", po::value<std::string>(), "the shell to complete in");
-    positional.add("shell", 1);
-}
-
-void check_completion_shell(const po::variables_map& vm) {
-    if (!vm.count("shell"))
-        throw UsageError("completion: missing the shell (bash)");
-    const std::string shell = vm["shell"].as<std::string>();
-    if (shell != "bash")
-        throw UsageError("completion: unknown shell " + in_quotes(shell) + " (bash is the one there is)");
-}
 
 void print_bash_completion(std::ostream& out, const Program& p, std::span<const CommandText* const> rows,
                            const po::options_description& globals) {

@@ -1,7 +1,8 @@
 // A bash completion script generated from a CLI's command table: command words (several per
 // command), each command's options, the choices of option values and operands written as a|b, and
 // file names for PATH and FILE values. `fedgatectl completion bash` and `fedgate-node completion
-// bash` print it; the build installs it under share/bash-completion/completions.
+// bash` print it (a command row each: another shell would be another row); the build installs it
+// under share/bash-completion/completions.
 #pragma once
 
 #include <algorithm>
@@ -13,13 +14,6 @@
 #include "tools/command_table.hpp"
 
 namespace fedgate::cli {
-
-// The `completion` command's operand, SHELL.
-void completion_operand(po::options_description& visible, po::options_description& hidden,
-                        po::positional_options_description& positional);
-
-// Throws UsageError unless the `completion` command's operand is a shell there is a script for (bash).
-void check_completion_shell(const po::variables_map& vm);
 
 // The script for `p`: one function, _PROGRAM (dashes as underscores), and `complete -F` for it. It
 // needs bash alone, not the bash-completion package.

@@ -148,10 +148,10 @@ constexpr std::array kCommands{
             "--pid 1.3.7\n"
             "fedgate-node --gateway 198.18.1.1 forward --listen 0.0.0.0:6000 --to 2.7.50 --pid 1.3.7 --transport tcp",
             forward_options, run_forward},
-    Command{"completion", "bash", "",
+    Command{"completion bash", "", "",
             "print a bash completion script for fedgate-node's commands and options (installed in "
             "share/bash-completion/completions)",
-            "source <(fedgate-node completion bash)", cli::completion_operand, run_completion},
+            "source <(fedgate-node completion bash)", nullptr, run_completion},
     Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgate-node help register",
             help_options, run_help},
 };
@@ -1186,8 +1186,8 @@ int run_forward(const Invocation& inv) {
 
 void help_options(po::options_description&, po::options_description& hidden,
                   po::positional_options_description& positional) {
-    hidden.add_options()("topic", po::value<std::string>(), "command to explain");
-    positional.add("topic", 1);
+    hidden.add_options()("topic", po::value<std::vector<std::string>>(), "command to explain");
+    positional.add("topic", -1);  // a command's words: `help completion bash`
 }
 
 int run_help(const Invocation& inv) {
@@ -1195,18 +1195,25 @@ int run_help(const Invocation& inv) {
         print_help(inv.out);
         return 0;
     }
-    const std::string topic = inv.vm["topic"].as<std::string>();
-    const Command* c = cli::command_named(kCommands, topic);
-    if (!c)
+    const std::string topic = cli::join(inv.vm["topic"].as<std::vector<std::string>>(), " ");
+    if (const Command* c = cli::command_named(kCommands, topic)) {
+        print_command_help(inv.out, *c);
+        return 0;
+    }
+    bool any = false;  // `help completion`: every `completion ...` command
+    for (const Command& c : kCommands)
+        if (std::string_view(c.name).starts_with(topic + " ")) {
+            print_command_help(inv.out, c);
+            any = true;
+        }
+    if (!any)
         throw UsageError("help: unknown command " + in_quotes(topic));
-    print_command_help(inv.out, *c);
     return 0;
 }
 
 // ---- completion ------------------------------------------------------------------------------
 
 int run_completion(const Invocation& inv) {
-    cli::check_completion_shell(inv.vm);
     cli::print_bash_completion(inv.out, kProgram, kCommands, global_options());
     return 0;
 }
@@ -1222,7 +1229,13 @@ int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err
     } catch (const UsageError& e) {
         return usage_error(err, e.what(), e.command);
     }
-    const Command* cmd = line.command;  // every name is one word, so `line.group` stays empty
+    if (!line.group.empty()) {  // `completion --help` explains every `completion ...` command
+        for (const Command& c : kCommands)
+            if (std::string_view(c.name).starts_with(line.group + " "))
+                print_command_help(out, c);
+        return 0;
+    }
+    const Command* cmd = line.command;
     const po::variables_map& vm = line.vm;
     if (vm["help"].as<bool>()) {
         if (cmd)
