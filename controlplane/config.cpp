@@ -4,6 +4,7 @@
 
 #include "controlplane/log.hpp"  // level and type names; header-only
 #include "controlplane/mapping.hpp"
+#include "dataplane/peer_auth.hpp"  // key IDs and fingerprints
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
@@ -346,9 +347,71 @@ std::string read_key_file(const TableReader& r, const std::string& key, const st
     return text;
 }
 
+// One of a peer's keys: from a file (<prefix>key_file), a systemd credential (<prefix>key_credential:
+// a file the unit's LoadCredential= put in $CREDENTIALS_DIRECTORY) or inline (<prefix>key, with a
+// warning), at most one of them; its ID from <prefix>key_id or derived from the key. Nothing given:
+// nullopt, unless `required`.
+struct ReadKey {
+    std::vector<uint8_t> bytes;
+    std::string file;
+    uint8_t id = 0;
+    std::string from;  // the config key it came from, for messages
+};
+std::optional<ReadKey> read_peer_key(TableReader& r, const std::string& file, std::size_t i, const std::string& prefix,
+                                     bool required, std::vector<std::string>& warnings) {
+    const std::string k_inline = prefix + "key", k_file = prefix + "key_file", k_cred = prefix + "key_credential";
+    const auto inline_key = r.string(k_inline, false);
+    const auto key_file = r.string(k_file, false);
+    const auto credential = r.string(k_cred, false);
+    const auto id = r.integer(prefix + "key_id", false, 1, 255);
+    const int sources = (inline_key ? 1 : 0) + (key_file ? 1 : 0) + (credential ? 1 : 0);
+    if (sources == 0) {
+        if (id) r.fail(prefix + "key_id", "is given without " + k_file + ", " + k_cred + " or " + k_inline);
+        if (!required) return std::nullopt;
+        r.fail(k_inline, "missing (required): give " + k_file + " (a file of hex, mode 0600, owned by root), " + k_cred +
+                             " or " + k_inline);
+    }
+    if (sources > 1) r.fail(inline_key ? k_inline : k_file, "give one of " + k_inline + ", " + k_file + " and " + k_cred);
+    ReadKey out;
+    std::string text;
+    if (key_file) {
+        out.from = k_file;
+        if (key_file->empty()) r.fail(out.from, "must not be empty");
+        std::filesystem::path path(*key_file);
+        if (path.is_relative()) path = std::filesystem::path(file).parent_path() / path;  // beside the config
+        out.file = path.lexically_normal().string();
+        text = read_key_file(r, out.from, out.file);
+    } else if (credential) {
+        out.from = k_cred;
+        const char* dir = std::getenv("CREDENTIALS_DIRECTORY");
+        if (credential->empty() || credential->find('/') != std::string::npos)
+            r.fail(out.from, "'" + *credential + "' must be a credential's name (LoadCredential=NAME:PATH)");
+        if (dir == nullptr || *dir == '\0')
+            r.fail(out.from, "$CREDENTIALS_DIRECTORY is not set: run under systemd with LoadCredential=" + *credential +
+                                 ":/etc/fedgate/keys/...");
+        out.file = std::string(dir) + "/" + *credential;
+        text = read_key_file(r, out.from, out.file);
+    } else {
+        out.from = k_inline;
+        text = *inline_key;
+        warnings.push_back(file + ": peer[" + std::to_string(i) + "]." + k_inline + ": the key is inline in the config; " +
+                           "keep it in a " + k_file + " (mode 0600, owned by root) or a systemd credential (" + k_cred + ")");
+    }
+    if (text.empty()) r.fail(out.from, "must not be empty (hex, at least 16 bytes)");
+    out.bytes = parse_hex(text);
+    if (out.bytes.empty()) r.fail(out.from, "must be an even number of hex digits");
+    if (out.bytes.size() < 16) r.fail(out.from, "is " + std::to_string(out.bytes.size()) + " bytes; at least 16 are needed");
+    if (is_published_key(out.bytes))
+        r.fail(out.from, "is the example key printed in fedgate's documentation, which anyone can read: make one "
+                         "(openssl rand -hex 32) and give the same to the peer");
+    out.id = id ? static_cast<uint8_t>(*id) : derived_key_id(out.bytes);
+    return out;
+}
+
 PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t i, std::vector<std::string>& warnings) {
     TableReader r(file, t, "peer[" + std::to_string(i) + "]",
-                  {"party", "party_id", "address", "key", "key_file", "key_credential"});
+                  {"party", "party_id", "address", "key", "key_file", "key_credential", "key_id", "next_key",
+                   "next_key_file", "next_key_credential", "next_key_id"});
     PeerConfig p;
     p.party = *r.string("party", true);
     if (!valid_name(p.party)) r.fail("party", "'" + p.party + "' must be 1-32 letters, digits, '-' or '_'");
@@ -357,45 +420,20 @@ PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t 
     const auto ip = parse_ipv4(addr);
     if (!ip) r.fail("address", "'" + addr + "' is not an IPv4 address");
     p.address = *ip;
-    // The key: from a file (key_file), from a systemd credential (key_credential: a file the unit's
-    // LoadCredential= put in $CREDENTIALS_DIRECTORY), or inline (key, with a warning).
-    const auto inline_key = r.string("key", false);
-    const auto key_file = r.string("key_file", false);
-    const auto credential = r.string("key_credential", false);
-    const int sources = (inline_key ? 1 : 0) + (key_file ? 1 : 0) + (credential ? 1 : 0);
-    if (sources == 0) r.fail("key", "missing (required): give key_file (a file of hex, mode 0600, owned by root), "
-                                    "key_credential or key");
-    if (sources > 1) r.fail(inline_key ? "key" : "key_file", "give one of key, key_file and key_credential");
-    std::string key, from = "key";
-    if (key_file) {
-        from = "key_file";
-        if (key_file->empty()) r.fail(from, "must not be empty");
-        std::filesystem::path path(*key_file);
-        if (path.is_relative()) path = std::filesystem::path(file).parent_path() / path;  // beside the config
-        p.key_file = path.lexically_normal().string();
-        key = read_key_file(r, from, p.key_file);
-    } else if (credential) {
-        from = "key_credential";
-        const char* dir = std::getenv("CREDENTIALS_DIRECTORY");
-        if (credential->empty() || credential->find('/') != std::string::npos)
-            r.fail(from, "'" + *credential + "' must be a credential's name (LoadCredential=NAME:PATH)");
-        if (dir == nullptr || *dir == '\0')
-            r.fail(from, "$CREDENTIALS_DIRECTORY is not set: run under systemd with LoadCredential=" + *credential +
-                             ":/etc/fedgate/keys/...");
-        p.key_file = std::string(dir) + "/" + *credential;
-        key = read_key_file(r, from, p.key_file);
-    } else {
-        key = *inline_key;
-        warnings.push_back(file + ": peer[" + std::to_string(i) + "].key: the key is inline in the config; keep it in " +
-                           "a key_file (mode 0600, owned by root) or a systemd credential (key_credential)");
+    ReadKey cur = *read_peer_key(r, file, i, "", true, warnings);
+    p.key = std::move(cur.bytes);
+    p.key_file = std::move(cur.file);
+    p.key_id = cur.id;
+    // The next key of a rotation: accepted beside the current one until the peer has moved to it.
+    if (auto next = read_peer_key(r, file, i, "next_", false, warnings)) {
+        if (next->bytes == p.key) r.fail(next->from, "is the same key as " + cur.from + "; give the new key here");
+        if (next->id == p.key_id)
+            r.fail(next->from, "has key ID " + std::to_string(next->id) + ", the same as " + cur.from +
+                                   "'s: set next_key_id (or key_id) to tell them apart; both peers must use the same IDs");
+        p.next_key = std::move(next->bytes);
+        p.next_key_file = std::move(next->file);
+        p.next_key_id = next->id;
     }
-    if (key.empty()) r.fail(from, "must not be empty (hex, at least 16 bytes)");
-    p.key = parse_hex(key);
-    if (p.key.empty()) r.fail(from, "must be an even number of hex digits");
-    if (p.key.size() < 16) r.fail(from, "is " + std::to_string(p.key.size()) + " bytes; at least 16 are needed");
-    if (is_published_key(p.key))
-        r.fail(from, "is the example key printed in fedgate's documentation, which anyone can read: make one "
-                     "(openssl rand -hex 32) and give the same to the peer");
     return p;
 }
 

@@ -51,8 +51,13 @@ struct PeerConfig {
     std::string party;
     uint16_t party_id = 0;
     uint32_t address = 0;  // host byte order
-    std::vector<uint8_t> key;
-    std::string key_file;  // where the key was read from (key_file or key_credential); empty: inline
+    std::vector<uint8_t> key;  // the current key: messages to the peer are sealed with it
+    std::string key_file;      // where the key was read from (key_file or key_credential); empty: inline
+    uint8_t key_id = 0;        // 1-255: key_id, or derived from the key
+    // During a rotation, the next key, accepted beside the current one (empty: none).
+    std::vector<uint8_t> next_key;
+    std::string next_key_file;
+    uint8_t next_key_id = 0;
     bool operator==(const PeerConfig&) const = default;
 };
 

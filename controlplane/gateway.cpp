@@ -138,6 +138,14 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
     return 0;
 }
 
+// The peers as the lcores check their messages: address, party and keys.
+static std::vector<DpPeer> dp_peers(const Config& c) {
+    std::vector<DpPeer> out;
+    for (const PeerConfig& p : c.peers)
+        out.push_back(DpPeer{rte_cpu_to_be_32(p.address), p.party_id, p.key, p.key_id, p.next_key, p.next_key_id});
+    return out;
+}
+
 // One lcore's share of the per-peer MAC-check budget (each worker checks its own messages).
 static PeerVerifyLimit peer_verify_limit(const ResolveSettings& rs, std::size_t workers) {
     const uint32_t n = static_cast<uint32_t>(std::max<std::size_t>(1, workers));
@@ -280,7 +288,7 @@ void Gateway::start() {
     dc.resolve.resolver = ResolverConfig{cfg_.party_id,          rs.pending_queries,         rs.query_timeout_ms,
                                          rs.broadcast_rate,       rs.broadcast_burst,         rs.requester_broadcast_rate,
                                          rs.requester_broadcast_burst, {}};
-    for (const PeerConfig& p : cfg_.peers) dc.resolve.peers.push_back(DpPeer{rte_cpu_to_be_32(p.address), p.party_id, p.key});
+    dc.resolve.peers = dp_peers(cfg_);
     cache_ = std::make_unique<ResolveCache>(rs.cache_capacity);
     resolution_ = std::make_unique<ResolutionService>(
         cfg_, *cache_, [this](uint32_t dst, uint16_t port, std::span<const uint8_t> d) { send_udp(dst, port, d); },
@@ -530,9 +538,22 @@ nlohmann::ordered_json Gateway::status() const {
             {"link", {{"up", link.up}, {"speed_mbps", link.speed_mbps}, {"duplex", link.full_duplex ? "full" : "half"}}},
         });
     }
+    // Each peer's keys by ID and fingerprint (never the key), and which one its messages come under.
     nlohmann::ordered_json peers = nlohmann::ordered_json::array();
-    for (const PeerConfig& p : live()->peers)
-        peers.push_back({{"party", p.party}, {"party_id", p.party_id}, {"address", format_ipv4(p.address)}});
+    const std::map<uint16_t, uint8_t> last_key = resolution_->last_key_ids();
+    for (const PeerConfig& p : live()->peers) {
+        nlohmann::ordered_json keys = nlohmann::ordered_json::array();
+        keys.push_back({{"role", "current"}, {"id", p.key_id}, {"fingerprint", key_fingerprint(p.key)}});
+        if (!p.next_key.empty())
+            keys.push_back({{"role", "next"}, {"id", p.next_key_id}, {"fingerprint", key_fingerprint(p.next_key)}});
+        const auto seen = last_key.find(p.party_id);
+        peers.push_back({{"party", p.party},
+                         {"party_id", p.party_id},
+                         {"address", format_ipv4(p.address)},
+                         {"keys", std::move(keys)},
+                         {"last_key_id", seen != last_key.end() && seen->second != 0 ? nlohmann::ordered_json(seen->second)
+                                                                                     : nlohmann::ordered_json(nullptr)}});
+    }
     // Each port's counters ("neighbours") from the counter table.
     nlohmann::ordered_json counted = {{"ports", std::move(ports)}};
     write_counters(counted, Reply::status, sum_workers(workers()), GatewayReadings{});
@@ -737,11 +758,6 @@ std::shared_ptr<const Config> Gateway::live() const {
     return live_;
 }
 
-static std::vector<DpPeer> dp_peers(const Config& c) {
-    std::vector<DpPeer> out;
-    for (const PeerConfig& p : c.peers) out.push_back(DpPeer{rte_cpu_to_be_32(p.address), p.party_id, p.key});
-    return out;
-}
 
 // Order matters: each step that can fail comes before anything that cannot be undone. The lcore's
 // peer table first (undone by swapping the old one back), then the port maps (which change nothing

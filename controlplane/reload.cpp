@@ -30,7 +30,9 @@ void diff_peers(const Config& a, const Config& b, ConfigDiff& d) {
         }
         std::vector<std::string> what;
         if (old->party_id != p.party_id) what.push_back("party_id");
-        if (old->key != p.key) what.push_back("key");
+        if (old->key != p.key || old->key_id != p.key_id) what.push_back("key");
+        if (old->next_key != p.next_key || old->next_key_id != p.next_key_id)
+            what.push_back(p.next_key.empty() ? "next_key removed" : old->next_key.empty() ? "next_key added" : "next_key");
         if (old->address != p.address) what.push_back("address");
         if (what.empty()) continue;
         std::string list;

@@ -32,6 +32,11 @@ T body_as(std::span<const uint8_t> body, std::size_t offset = 0) {
     return v;
 }
 
+PeerKeys peer_keys(const PeerConfig& p) {
+    if (p.next_key.empty()) return PeerKeys({p.key, p.key_id});
+    return PeerKeys({p.key, p.key_id}, PeerKeys::Key{p.next_key, p.next_key_id});
+}
+
 }  // namespace
 
 ResolutionService::ResolutionService(const Config& cfg, ResolveCache& cache, SendUdp send, Synchronize sync)
@@ -43,7 +48,7 @@ ResolutionService::ResolutionService(const Config& cfg, ResolveCache& cache, Sen
       relay_(cfg.party_id, cfg.connect, *this) {
     for (const PeerConfig& p : cfg.peers)
         peers_.push_back(std::make_unique<Peer>(
-            Peer{p, HmacKey(p.key), AnnounceSender(cfg.resolve.announce_window, cfg.resolve.retransmit_ms), {}}));
+            Peer{p, peer_keys(p), AnnounceSender(cfg.resolve.announce_window, cfg.resolve.retransmit_ms), {}}));
 }
 
 ResolutionService::~ResolutionService() = default;
@@ -59,13 +64,19 @@ std::vector<uint16_t> ResolutionService::reload(std::shared_ptr<const Config> ne
     const Config& c = *next;
     std::vector<std::unique_ptr<Peer>> peers;
     for (const PeerConfig& p : c.peers) {
-        const auto same = std::find_if(peers_.begin(), peers_.end(), [&](const auto& o) { return o && o->cfg == p; });
+        // The same peer (party and address), its keys changed or not: its streams carry on, and a
+        // key rotation takes effect with the next message.
+        const auto same = std::find_if(peers_.begin(), peers_.end(), [&](const auto& o) {
+            return o && o->cfg.party_id == p.party_id && o->cfg.party == p.party && o->cfg.address == p.address;
+        });
         if (same != peers_.end()) {
-            peers.push_back(std::move(*same));  // unchanged: its streams carry on
+            (*same)->cfg = p;
+            (*same)->keys = peer_keys(p);
+            peers.push_back(std::move(*same));
             continue;
         }
         peers.push_back(std::make_unique<Peer>(
-            Peer{p, HmacKey(p.key), AnnounceSender(c.resolve.announce_window, c.resolve.retransmit_ms), {}}));
+            Peer{p, peer_keys(p), AnnounceSender(c.resolve.announce_window, c.resolve.retransmit_ms), {}}));
         restart_stream(*peers.back(), now_ms);
     }
     std::vector<uint16_t> removed;
@@ -88,6 +99,13 @@ std::vector<uint16_t> ResolutionService::reload(std::shared_ptr<const Config> ne
     return removed;
 }
 
+std::map<uint16_t, uint8_t> ResolutionService::last_key_ids() const {
+    std::lock_guard lock(mu_);
+    std::map<uint16_t, uint8_t> out;
+    for (const auto& p : peers_) out[p->cfg.party_id] = p->last_key_id;
+    return out;
+}
+
 void ResolutionService::restart_stream(Peer& peer, uint64_t now_ms) {
     if (!cfg_->resolve.announce) return;
     peer.out.restart(random_stream_id(), dir_.records(), now_ms);
@@ -108,7 +126,7 @@ void ResolutionService::send_peer(Peer& peer, MsgType type, std::span<const uint
     encode(Header{type, cfg_->party_id, static_cast<uint16_t>(body.size()), seq_.next(), 1}, h);
     std::memcpy(d.data(), &h, sizeof h);
     std::memcpy(d.data() + sizeof h, body.data(), body.size());
-    peer.key.seal(d);
+    peer.keys.seal(d);
     send_(peer.cfg.address, cfg_->resolve.port, d);
     ++counters_.peer_msgs_sent;
 }
@@ -225,6 +243,7 @@ void ResolutionService::publish(const DirectoryChange& c, uint64_t now_ms) {
 }
 
 void ResolutionService::handle_peer(Peer& peer, const ParsedMsg& m, uint64_t now_ms) {
+    peer.last_key_id = m.header.key_id;  // the lcore checked the MAC under this key
     switch (m.header.type) {
     case MsgType::announce:
     case MsgType::withdraw: {

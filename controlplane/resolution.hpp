@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -71,6 +72,9 @@ public:
     nlohmann::ordered_json dir_list(bool local, bool remote, std::size_t limit, uint64_t now_ms) const;
     nlohmann::ordered_json dir_show(ProcessId pid, uint64_t now_ms) const;
     nlohmann::ordered_json stats() const;  // directory, streams and cache; the lcore adds its own
+    // Per peer party: the key ID of the last message from it that reached the control threads
+    // (announce stream, handshakes); 0 before the first.
+    std::map<uint16_t, uint8_t> last_key_ids() const;
     // The management request conn_list: relayed handshakes, newest first.
     nlohmann::ordered_json conn_list(std::size_t limit, uint64_t now_ms) const;
 
@@ -79,9 +83,10 @@ public:
 private:
     struct Peer {
         PeerConfig cfg;
-        HmacKey key;
+        PeerKeys keys;
         AnnounceSender out;
         AnnounceReceiver in;
+        uint8_t last_key_id = 0;  // the key ID of the last message from the peer the lcore passed here
     };
 
     void handle_client(uint32_t src, uint16_t src_port, const ParsedMsg& m, uint64_t now_ms);

@@ -69,7 +69,9 @@ std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint6
     table.reserve(peers.size());
     for (const DpPeer& p : peers)
     {
-        DpPeerState& st = table.emplace_back(DpPeerState{p, HmacKey(p.key), {}, {}, false});
+        const std::optional<PeerKeys::Key> next =
+            p.next_key.empty() ? std::nullopt : std::optional<PeerKeys::Key>(PeerKeys::Key{p.next_key, p.next_key_id});
+        DpPeerState& st = table.emplace_back(DpPeerState{p, PeerKeys({p.key, p.key_id}, next), {}, {}, false});
         for (ReplayWindow& w : st.windows) w = ReplayWindow(start_seq);
         if (limit.rate != 0) {
             st.verify_budget = TokenBucket(limit.rate, std::max<uint32_t>(1, limit.burst));
@@ -82,7 +84,7 @@ std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint6
 void carry_over_replay_windows(const std::vector<DpPeerState>& old, std::vector<DpPeerState>& next) {
     for (DpPeerState& n : next)
         for (const DpPeerState& o : old)
-            if (o.cfg.addr == n.cfg.addr && o.cfg.party == n.cfg.party && o.cfg.key == n.cfg.key) {
+            if (o.cfg.addr == n.cfg.addr && o.cfg.party == n.cfg.party) {
                 std::copy(std::begin(o.windows), std::end(o.windows), std::begin(n.windows));
                 break;
             }
@@ -867,9 +869,11 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
     case ReplayVerdict::replayed:
     case ReplayVerdict::too_old: return drop(m, in, DropReason::resolve_replayed);
     }
+    const HmacKey* key = peer.keys.find(msg.header.key_id);
+    if (key == nullptr) return drop(m, in, DropReason::resolve_unknown_key);
     // The cheap checks passed; the MAC costs about a microsecond: only within the peer's budget.
     if (peer.limited && !peer.verify_budget.allow(now_ms_)) return drop(m, in, DropReason::resolve_peer_rate_limited);
-    if (!peer.key.verify(msg.authenticated, msg.mac)) return drop(m, in, DropReason::resolve_bad_mac);
+    if (!key->verify(msg.authenticated, msg.mac)) return drop(m, in, DropReason::resolve_bad_mac);
     window.accept(msg.header.seq);  // only now: a forged message never moves the window
     resolve_counters_.peer_msgs.add();
 
@@ -941,7 +945,7 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
     encode(h, wh);
     std::memcpy(msg, &wh, sizeof wh);
     std::memcpy(msg + sizeof wh, body, body_len);
-    if (peer >= 0) peers_[peer].key.seal(std::span<uint8_t>(msg, msg_len));
+    if (peer >= 0) peers_[peer].keys.seal(std::span<uint8_t>(msg, msg_len));
     if (ports_[out].cfg.tx_cksum) {
         // The device sums both: the IPv4 header's field 0, the UDP one holding the pseudo-header's sum.
         write_udp_ipv4_headers(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);

@@ -54,7 +54,10 @@ struct DpPortConfig {
 struct DpPeer {
     uint32_t addr = 0;  // network order
     uint16_t party = 0;
-    std::vector<uint8_t> key;
+    std::vector<uint8_t> key;  // the current key, and its ID (1-255)
+    uint8_t key_id = 0;
+    std::vector<uint8_t> next_key;  // during a rotation, accepted too; empty: none
+    uint8_t next_key_id = 0;
 };
 
 // Channels a peer gateway sends on, each with its own sequence: 0 its worker 0, 1 its control
@@ -62,11 +65,11 @@ struct DpPeer {
 inline constexpr uint8_t kPeerChannels = 1 + kMaxWorkers;
 inline constexpr uint8_t peer_channel_of_worker(uint16_t w) { return static_cast<uint8_t>(w == 0 ? 0 : w + 1); }
 
-// A peer as a worker checks its messages: its key, ready to use, and a replay window per sender
+// A peer as a worker checks its messages: its keys, ready to use, and a replay window per sender
 // channel.
 struct DpPeerState {
     DpPeer cfg;
-    HmacKey key;
+    PeerKeys keys;
     ReplayWindow windows[kPeerChannels];
     // MAC checks this lcore may spend on the peer's messages (after the cheap checks): a flood from
     // its address cannot eat the core. Unlimited when `limited` is false.
@@ -84,8 +87,9 @@ struct PeerVerifyLimit {
 // before it are refused. Control threads build it; the lcore adopts it (set_peers).
 std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint64_t start_seq,
                                          PeerVerifyLimit limit = {});
-// A peer of `next` that `old` holds unchanged (address, party and key) keeps its replay windows,
-// so a reload neither refuses its messages in flight nor lets old ones be replayed. No allocation.
+// A peer of `next` that `old` holds at the same address and party keeps its replay windows, its
+// keys changed or not (a rotation), so a reload neither refuses its messages in flight nor lets old
+// ones be replayed. No allocation.
 void carry_over_replay_windows(const std::vector<DpPeerState>& old, std::vector<DpPeerState>& next);
 
 // The resolution service on the lcore. port 0: off (every UDP packet to our addresses is l4_unhandled).

@@ -54,6 +54,7 @@ namespace fedgate {
     X(resolve_wrong_port, "resolution message on the wrong side (client on external, peer on internal)") \
     X(resolve_unknown_peer, "peer message from an address or party that is not a configured peer") \
     X(resolve_peer_rate_limited, "peer message over [resolve] peer_verify_rate, MAC not checked") \
+    X(resolve_unknown_key, "peer message under a key ID the peer has no key for here")   \
     X(resolve_bad_mac, "peer message whose HMAC does not verify")                         \
     X(resolve_replayed, "peer message seen before, or too old for the replay window")     \
     X(resolve_clock_skew, "peer message stamped too far in the past or future")            \

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 namespace fedgate {
 namespace {
@@ -82,6 +83,57 @@ void HmacKey::seal(std::span<uint8_t> datagram) const {
     if (datagram.size() < kMacLen) return;
     const std::size_t covered = datagram.size() - kMacLen;
     sign(datagram.first(covered), datagram.data() + covered);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+std::array<uint8_t, SHA256_DIGEST_LENGTH> key_digest(std::span<const uint8_t> key) {
+    static constexpr char kDomain[] = "fedgate peer key";  // with its NUL: the key starts after it
+    SHA256_CTX c;
+    SHA256_Init(&c);
+    SHA256_Update(&c, kDomain, sizeof kDomain);
+    SHA256_Update(&c, key.data(), key.size());
+    std::array<uint8_t, SHA256_DIGEST_LENGTH> d;
+    SHA256_Final(d.data(), &c);
+    OPENSSL_cleanse(&c, sizeof c);
+    return d;
+}
+
+}  // namespace
+
+std::string key_fingerprint(std::span<const uint8_t> key) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    const auto d = key_digest(key);
+    std::string out;
+    for (std::size_t i = 0; i < 8; ++i) {
+        if (i != 0 && i % 2 == 0) out += ':';
+        out += kHex[d[i] >> 4];
+        out += kHex[d[i] & 15];
+    }
+    return out;
+}
+
+uint8_t derived_key_id(std::span<const uint8_t> key) {
+    const auto d = key_digest(key);
+    return static_cast<uint8_t>(1 + d[8] % 255);  // a byte the fingerprint does not show
+}
+
+PeerKeys::PeerKeys(Key current, std::optional<Key> next)
+    : current_(current.bytes), current_id_(current.id), next_id_(next ? next->id : 0) {
+    if (current.id == 0) throw std::invalid_argument("a peer key's ID must be 1-255");
+    if (next) {
+        if (next->id == 0) throw std::invalid_argument("a peer key's ID must be 1-255");
+        if (next->id == current.id) throw std::invalid_argument("the next key has the current key's ID");
+        next_.emplace(next->bytes);
+    }
+}
+
+void PeerKeys::seal(std::span<uint8_t> datagram) const {
+    if (datagram.size() < sizeof(MsgHeader) + kMacLen) return;
+    datagram[kKeyIdOffset] = current_id_;
+    current_.seal(datagram);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 
 #include "proto/resolve_wire.hpp"
 
@@ -42,6 +44,46 @@ public:
 private:
     Sha256State inner_;  // after hashing key ^ ipad
     Sha256State outer_;  // after hashing key ^ opad
+};
+
+// A key's short fingerprint, for people to compare over the phone without reading the key:
+// the first 8 bytes of SHA-256("fedgate peer key\0" || key) as four groups of hex ("1a2b:3c4d:5e6f:7081").
+std::string key_fingerprint(std::span<const uint8_t> key);
+// The key ID a key gets when the config gives none: 1-255, from the same hash as the fingerprint,
+// so both gateways of a pair derive the same ID from the same key.
+uint8_t derived_key_id(std::span<const uint8_t> key);
+
+// The keys of one peer: the current one, which every message to it is sealed with, and, during a
+// rotation, the next one, accepted beside it. Each has an ID (1-255) that the sender writes into
+// the header (MsgHeader::key_id), so the receiver checks the one MAC the ID names.
+// After construction nothing allocates.
+class PeerKeys {
+public:
+    struct Key {
+        std::span<const uint8_t> bytes;
+        uint8_t id = 0;
+    };
+    // Throws std::invalid_argument for an ID of 0 or a next key with the current key's ID.
+    explicit PeerKeys(Key current, std::optional<Key> next = std::nullopt);
+
+    // Writes the current key's ID into the header, then the MAC of all but the last kMacLen bytes
+    // into the last kMacLen bytes (an encoded peer message whose trailer is still blank). A
+    // datagram too short to hold a header and a MAC is left alone.
+    void seal(std::span<uint8_t> datagram) const;
+    // The key a received message names (its header's key_id): current or next; null for any other.
+    const HmacKey* find(uint8_t id) const {
+        if (id == current_id_) return &current_;
+        if (next_ && id == next_id_) return &*next_;
+        return nullptr;
+    }
+    uint8_t current_id() const { return current_id_; }
+    uint8_t next_id() const { return next_ ? next_id_ : 0; }
+
+private:
+    HmacKey current_;
+    std::optional<HmacKey> next_;
+    uint8_t current_id_;
+    uint8_t next_id_;
 };
 
 // What ReplayWindow::check thinks of a sequence number.

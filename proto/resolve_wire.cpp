@@ -151,6 +151,7 @@ void encode(const Header& h, MsgHeader& w) {
     store_be16(w.body_len, h.body_len);
     store_be64(w.seq, h.seq);
     w.channel = h.channel;
+    w.key_id = h.key_id;
 }
 
 const char* wire_error_name(WireError e) {
@@ -194,7 +195,9 @@ WireError parse_message(std::span<const uint8_t> d, ParsedMsg& out) {
     h.body_len = load_be16(w.body_len);
     h.seq = load_be64(w.seq);
     h.channel = w.channel;
-    if (w.reserved[0] != 0 || w.reserved[1] != 0 || w.reserved[2] != 0) return WireError::bad_length;
+    h.key_id = w.key_id;
+    if (w.reserved[0] != 0 || w.reserved[1] != 0) return WireError::bad_length;
+    if (!is_peer_message(h.type) && h.key_id != 0) return WireError::bad_length;  // no key: no key ID
     const std::size_t mac = is_peer_message(h.type) ? kMacLen : 0;
     if (h.body_len > kMaxBody) return WireError::bad_length;
     if (d.size() < sizeof(MsgHeader) + h.body_len + mac) return WireError::truncated;

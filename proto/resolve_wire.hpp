@@ -135,10 +135,15 @@ struct MsgHeader {
     // Peer messages: which of the sender's threads stamped it, each with its own sequence and the
     // receiver's own replay window: 0 data-plane worker 0, 1 control threads, 1 + w worker w >= 1.
     uint8_t channel;
-    uint8_t reserved[3];
+    // Peer messages: the ID of the sender's key the MAC was made with (1-255), so a receiver that
+    // holds two keys of the peer during a rotation checks one MAC, not two. Client messages: 0.
+    uint8_t key_id;
+    uint8_t reserved[2];
 };
 #pragma pack(pop)
 static_assert(sizeof(MsgHeader) == 20);
+inline constexpr std::size_t kKeyIdOffset = offsetof(MsgHeader, key_id);
+static_assert(kKeyIdOffset == 17);
 
 struct Header {
     MsgType type = MsgType::reg;
@@ -146,6 +151,7 @@ struct Header {
     uint16_t body_len = 0;
     uint64_t seq = 0;
     uint8_t channel = 0;
+    uint8_t key_id = 0;  // peer messages: written by PeerKeys::seal, whatever is given here
 };
 
 void encode(const Header& h, MsgHeader& w);

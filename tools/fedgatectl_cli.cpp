@@ -486,7 +486,14 @@ void print_status(std::ostream& out, const Json& r) {
         for (const auto& p : peers) {
             std::vector<std::string> cells{"peer", field(p, "party"), "id " + field(p, "party_id"),
                                            field(p, "address")};
-            for (auto& e : extra_members(p, {"party", "party_id", "address"}))
+            // "key 17 1a2b:3c4d:5e6f:7081  next 42 ...  last 17": what two operators read to each other.
+            const Json& keys = member(p, "keys");
+            if (keys.is_array())
+                for (const auto& k : keys)
+                    cells.push_back((field(k, "role") == "current" ? std::string("key ") : field(k, "role") + " ") +
+                                    field(k, "id") + " " + field(k, "fingerprint"));
+            if (member(p, "last_key_id").is_number()) cells.push_back("last " + field(p, "last_key_id"));
+            for (auto& e : extra_members(p, {"party", "party_id", "address", "keys", "last_key_id"}))
                 cells.push_back(std::move(e));
             t.row(std::move(cells));
         }

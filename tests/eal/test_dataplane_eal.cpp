@@ -617,6 +617,8 @@ protected:
     static constexpr const char* kPeerIp = "198.19.0.2";
     static constexpr uint16_t kPort = 7410;
     const std::vector<uint8_t> kKey = std::vector<uint8_t>(32, 0x5a);
+    static constexpr uint8_t kKeyId = 7;
+    PeerKeys keys(const std::vector<uint8_t>& bytes) const { return PeerKeys({bytes, kKeyId}); }
 
     void SetUp() override {
         DataplaneTest::SetUp();
@@ -629,7 +631,7 @@ protected:
         DataplaneConfig cfg;
         cfg.resolve.port = kPort;
         cfg.resolve.resolver.party_id = 1;
-        cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey});
+        cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey, kKeyId, {}, 0});
         events_ = rte_ring_create_elem("resolve_events", sizeof(ResolveEvent), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
         ASSERT_NE(events_, nullptr);
         dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_, &bell_.wake},
@@ -642,7 +644,7 @@ protected:
     }
 
     static std::vector<uint8_t> message(MsgType type, uint16_t party, uint64_t seq, const void* body, std::size_t len,
-                                        const HmacKey* key) {
+                                        const PeerKeys* key) {
         std::vector<uint8_t> d(sizeof(MsgHeader) + len + (key != nullptr ? kMacLen : 0));
         MsgHeader h;
         encode(Header{type, party, static_cast<uint16_t>(len), seq, 0}, h);
@@ -784,6 +786,7 @@ TEST_F(ResolveDataplaneTest, MissIsQueriedAtTheOwnerAndItsSignedAnswerRelayed) {
     EXPECT_EQ(m.header.sender_party, 1);
     const HmacKey key(kKey);
     EXPECT_TRUE(key.verify(m.authenticated, m.mac));
+    EXPECT_EQ(m.header.key_id, kKeyId) << "the header names the key it is sealed with";
     QueryBody qb;
     std::memcpy(&qb, m.body.data(), sizeof qb);
     EXPECT_EQ(load_be64(qb.target), target.value);
@@ -797,8 +800,8 @@ TEST_F(ResolveDataplaneTest, MissIsQueriedAtTheOwnerAndItsSignedAnswerRelayed) {
     store_be64(a.target, target.value);
     a.found = 1;
     encode(rec, a.record);
-    const HmacKey wrong(std::vector<uint8_t>(32, 0x11));
-    const auto answer = [&](const HmacKey& k) {
+    const PeerKeys wrong = keys(std::vector<uint8_t>(32, 0x11)), right = keys(kKey);
+    const auto answer = [&](const PeerKeys& k) {
         return PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(kPort, kPort)
             .payload(message(MsgType::answer, 2, SeqClock::realtime_ns(), &a, sizeof a, &k)).build();
     };
@@ -808,7 +811,7 @@ TEST_F(ResolveDataplaneTest, MissIsQueriedAtTheOwnerAndItsSignedAnswerRelayed) {
     EXPECT_EQ(drops(1, DropReason::resolve_bad_mac), 1u);
     EXPECT_TRUE(sent(0).empty());
     EXPECT_FALSE(bell_.readable());
-    receive(1, answer(key));
+    receive(1, answer(right));
     dp_->poll_once();
     EXPECT_EQ(bell_.take(), 1u);
     EXPECT_FALSE(bell_.wake.sleeping.load());
@@ -834,14 +837,14 @@ TEST_F(ResolveDataplaneTest, APeersMessagesPastItsBudgetAreDroppedBeforeTheirMac
     DataplaneConfig cfg;
     cfg.resolve.port = kPort;
     cfg.resolve.resolver.party_id = 1;
-    cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey});
+    cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey, kKeyId, {}, 0});
     cfg.resolve.peer_verify = PeerVerifyLimit{1, 4};  // four at once, then one a second
     dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_, &bell_.wake},
                                       DpShared{nullptr, nullptr, 0, &cache_});
-    const HmacKey good(kKey), forged(std::vector<uint8_t>(32, 0x77));
+    const PeerKeys good = keys(kKey), forged = keys(std::vector<uint8_t>(32, 0x77));
     const uint64_t seq0 = SeqClock::realtime_ns();
     SyncBody sb{};
-    const auto from_peer = [&](uint64_t seq, const HmacKey& key) {
+    const auto from_peer = [&](uint64_t seq, const PeerKeys& key) {
         return PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(kPort, kPort)
             .payload(message(MsgType::sync, 2, seq, &sb, sizeof sb, &key)).build();
     };
@@ -853,12 +856,66 @@ TEST_F(ResolveDataplaneTest, APeersMessagesPastItsBudgetAreDroppedBeforeTheirMac
     EXPECT_EQ(dp_->resolve_counters().punted_peer_msgs.get(), 1u);
 }
 
+// A rotation under way: the peer has a current key (ID 7) and a next one (ID 9). Messages under
+// either pass; a key ID it has no key for is dropped before its MAC is checked (resolve_unknown_key),
+// and a message that names one key but is sealed with another is a bad MAC. What the lcore sends
+// stays under the current key.
+TEST_F(ResolveDataplaneTest, DuringARotationMessagesUnderEitherKeyPassAndAnUnknownKeyIdIsDropped) {
+    const std::vector<uint8_t> next_key(32, 0x6b);
+    std::vector<DpPortConfig> pc(2);
+    MacAddr peer;
+    std::memcpy(peer.data(), kPeerGw.data(), 6);
+    pc[0] = {ports_[0].handle.port_id, PortRole::internal, ports_[0].handle.mac, be(kInternalIp), 24, 0, {}};
+    pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, 0, {{be(kPeerIp), peer}}};
+    DataplaneConfig cfg;
+    cfg.resolve.port = kPort;
+    cfg.resolve.resolver.party_id = 1;
+    cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey, kKeyId, next_key, 9});
+    dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_, &bell_.wake},
+                                      DpShared{nullptr, nullptr, 0, &cache_});
+    const PeerKeys current = keys(kKey), next({next_key, 9}), unknown({next_key, 5}),
+                   mislabelled({next_key, kKeyId});  // the next key's MAC under the current key's ID
+    const uint64_t seq0 = SeqClock::realtime_ns();
+    SyncBody sb{};
+    const auto from_peer = [&](uint64_t seq, const PeerKeys& k) {
+        return PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(kPort, kPort)
+            .payload(message(MsgType::sync, 2, seq, &sb, sizeof sb, &k)).build();
+    };
+    receive(1, from_peer(seq0 + 1, current));
+    receive(1, from_peer(seq0 + 2, next));
+    receive(1, from_peer(seq0 + 3, unknown));
+    receive(1, from_peer(seq0 + 4, mislabelled));
+    receive(1, from_peer(seq0 + 5, current));
+    dp_->poll_once();
+    EXPECT_EQ(dp_->resolve_counters().punted_peer_msgs.get(), 3u);
+    EXPECT_EQ(drops(1, DropReason::resolve_unknown_key), 1u);
+    EXPECT_EQ(drops(1, DropReason::resolve_bad_mac), 1u);
+    rte_mbuf* punted[4];
+    ASSERT_EQ(rte_ring_dequeue_burst(punt_, reinterpret_cast<void**>(punted), 4, nullptr), 3u);
+    const uint8_t expect_ids[] = {kKeyId, 9, kKeyId};
+    for (int i = 0; i < 3; ++i) {
+        const auto* msg = rte_pktmbuf_mtod_offset(punted[i], const uint8_t*, 42);
+        EXPECT_EQ(msg[kKeyIdOffset], expect_ids[i]) << "punted message " << i;
+        rte_pktmbuf_free(punted[i]);
+    }
+
+    // Outgoing: a query to the peer is sealed with the current key and names its ID.
+    receive(0, resolve_request(ProcessId::make(2, 9, 9), 78));
+    dp_->poll_once();
+    const auto q = sent(1);
+    ASSERT_EQ(q.size(), 1u);
+    ParsedMsg m;
+    ASSERT_EQ(parse_message(std::span<const uint8_t>(q[0].data() + 42, q[0].size() - 42), m), WireError::ok);
+    EXPECT_EQ(m.header.key_id, kKeyId);
+    EXPECT_TRUE(HmacKey(kKey).verify(m.authenticated, m.mac));
+}
+
 TEST_F(ResolveDataplaneTest, ClientMessagesOnTheExternalPortAndPeerMessagesFromStrangersAreDropped) {
     ResolveBody b;
     store_be64(b.target, ProcessId::make(1, 5, 5).value);
     receive(1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(40000, kPort)
                    .payload(message(MsgType::resolve, 0, 1, &b, sizeof b, nullptr)).build());
-    const HmacKey key(kKey);
+    const PeerKeys key = keys(kKey);
     SyncBody sb{};
     receive(1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4("198.19.0.3", kExternalIp).udp(kPort, kPort)
                    .payload(message(MsgType::sync, 2, SeqClock::realtime_ns(), &sb, sizeof sb, &key)).build());

@@ -150,7 +150,8 @@ forge() { ip netns exec "$NS_JOIN" /usr/bin/python3 "$HERE/peer_msg.py" --dst "$
 drops() { jctl a "r['drops_by_reason']['$1']" stats; }
 bad_mac=$(drops resolve_bad_mac) unknown=$(drops resolve_unknown_peer) replayed=$(drops resolve_replayed)
 skew=$(drops resolve_clock_skew)
-forge --src "$B_EXT_IP" --party 2 --key 00112233445566778899aabbccddeeff announce 2.9.9 198.18.2.10:1
+id_ab=$(jctl a "[p for p in r['peers'] if p['party']=='beta'][0]['keys'][0]['id']" status)
+forge --src "$B_EXT_IP" --party 2 --key 00112233445566778899aabbccddeeff --key-id "$id_ab" announce 2.9.9 198.18.2.10:1
 check "a forged announce is dropped as a bad MAC" lab_wait "bad MAC drop" eval "[[ \$(drops resolve_bad_mac) == $((bad_mac + 1)) ]]"
 forge --src 198.19.0.99 --party 2 --key "$key_ab" announce 2.9.9 198.18.2.10:1
 check "an announce from an unknown address is dropped" lab_wait "unknown peer drop" eval "[[ \$(drops resolve_unknown_peer) == $((unknown + 1)) ]]"

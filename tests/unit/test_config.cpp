@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "controlplane/config.hpp"
+#include "dataplane/peer_auth.hpp"
 
 namespace {
 
@@ -1434,6 +1435,53 @@ TEST(ConfigKeys, MissingOrBadKeyFilesAndTwoSourcesAreRefused) {
     EXPECT_NE(err.find("give one of key, key_file and key_credential"), std::string::npos) << err;
     err = error_of(with_key_line(""));
     EXPECT_NE(err.find("key: missing (required): give key_file"), std::string::npos) << err;
+}
+
+TEST(ConfigKeys, AKeyIdIsDerivedFromTheKeyUnlessGiven) {
+    const fedgate::Config c = parse_config(kGood, "test.toml");
+    EXPECT_EQ(c.peers[0].key_id, fedgate::derived_key_id(c.peers[0].key));
+    EXPECT_TRUE(c.peers[0].next_key.empty());
+    EXPECT_EQ(c.peers[0].next_key_id, 0);
+    const fedgate::Config given = parse_config(with_key_line("key = \"" + kBetaKeyHex + "\"\nkey_id = 200"), "test.toml");
+    EXPECT_EQ(given.peers[0].key_id, 200);
+    std::string err = error_of(with_key_line("key = \"" + kBetaKeyHex + "\"\nkey_id = 0"));
+    EXPECT_NE(err.find("peer[0].key_id: 0 is out of range 1..255"), std::string::npos) << err;
+    err = error_of(with_key_line("key = \"" + kBetaKeyHex + "\"\nnext_key_id = 3"));
+    EXPECT_NE(err.find("peer[0].next_key_id: is given without next_key_file, next_key_credential or next_key"),
+              std::string::npos) << err;
+}
+
+TEST(ConfigKeys, ANextKeyIsReadBesideTheCurrentOneWithItsOwnId) {
+    KeyDir d;
+    const std::string next_hex = "ffeeddccbbaa99887766554433221100";
+    const std::string path = d.write("beta-next.key", next_hex, kOwnerOnly);
+    const fedgate::Config c =
+        parse_config(with_key_line("key = \"" + kBetaKeyHex + "\"\nnext_key_file = \"" + path + "\""), "test.toml");
+    ASSERT_EQ(c.peers[0].next_key.size(), 16u);
+    EXPECT_EQ(c.peers[0].next_key[0], 0xff);
+    EXPECT_EQ(c.peers[0].next_key_file, path);
+    EXPECT_EQ(c.peers[0].next_key_id, fedgate::derived_key_id(c.peers[0].next_key));
+    EXPECT_EQ(c.warnings.size(), 1u) << "only the inline current key is warned about";
+    // Inline next key: warned about under its own name.
+    const fedgate::Config in =
+        parse_config(with_key_line("key_file = \"" + d.write("beta.key", kBetaKeyHex, kOwnerOnly) + "\"\nnext_key = \"" +
+                                   next_hex + "\"\nnext_key_id = 9"),
+                     "test.toml");
+    EXPECT_EQ(in.peers[0].next_key_id, 9);
+    ASSERT_EQ(in.warnings.size(), 1u);
+    EXPECT_NE(in.warnings[0].find("peer[0].next_key: the key is inline"), std::string::npos) << in.warnings[0];
+    // The next key's file is held to the same rules as the current key's.
+    const std::string open_path = d.write("open.key", next_hex, kOwnerOnly | std::filesystem::perms::others_read);
+    std::string err = error_of(with_key_line("key = \"" + kBetaKeyHex + "\"\nnext_key_file = \"" + open_path + "\""));
+    EXPECT_NE(err.find("peer[0].next_key_file: " + open_path + " has mode 0604"), std::string::npos) << err;
+}
+
+TEST(ConfigKeys, ANextKeyThatIsTheCurrentKeyOrSharesItsIdIsRefused) {
+    std::string err = error_of(with_key_line("key = \"" + kBetaKeyHex + "\"\nnext_key = \"" + kBetaKeyHex + "\""));
+    EXPECT_NE(err.find("peer[0].next_key: is the same key as key"), std::string::npos) << err;
+    err = error_of(with_key_line("key = \"" + kBetaKeyHex + "\"\nkey_id = 4\nnext_key = \"" +
+                                 std::string("ffeeddccbbaa99887766554433221100") + "\"\nnext_key_id = 4"));
+    EXPECT_NE(err.find("peer[0].next_key: has key ID 4, the same as key's: set next_key_id"), std::string::npos) << err;
 }
 
 TEST(ConfigKeys, ASystemdCredentialIsReadFromItsDirectory) {

@@ -5,6 +5,9 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <stdexcept>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -216,6 +219,80 @@ TEST(HmacKey, SealedPeerMessageParsesAndVerifiesOverItsAuthenticatedPart) {
     datagram[sizeof(MsgHeader)] ^= 1;
     ASSERT_EQ(parse_message(datagram, m), WireError::ok);
     EXPECT_FALSE(k.verify(m.authenticated, m.mac));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key IDs, fingerprints and a peer's two keys
+
+TEST(PeerKeys, AFingerprintIsShortStableAndDiffersBetweenKeys) {
+    const Bytes a = repeat(0x11, 32), b = repeat(0x12, 32);
+    const std::string fa = key_fingerprint(a);
+    EXPECT_EQ(fa.size(), 19u);
+    EXPECT_EQ(fa, key_fingerprint(a));
+    EXPECT_NE(fa, key_fingerprint(b));
+    for (std::size_t i = 0; i < fa.size(); ++i)
+        EXPECT_TRUE(i % 5 == 4 ? fa[i] == ':' : std::isxdigit(static_cast<unsigned char>(fa[i])) != 0) << fa;
+    // Not the key, nor its plain SHA-256: the first 8 bytes of SHA-256("fedgate peer key\0" || key).
+    Bytes input = bytes("fedgate peer key");
+    input.push_back(0);
+    input.insert(input.end(), a.begin(), a.end());
+    uint8_t d[32];
+    unsigned len = 0;
+    EVP_Digest(input.data(), input.size(), d, &len, EVP_sha256(), nullptr);
+    char expect[20];
+    std::snprintf(expect, sizeof expect, "%02x%02x:%02x%02x:%02x%02x:%02x%02x", d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+    EXPECT_EQ(fa, expect);
+    EXPECT_EQ(derived_key_id(a), 1 + d[8] % 255);
+}
+
+TEST(PeerKeys, DerivedIdsAreOneTo255AndSpreadOverKeys) {
+    std::set<int> ids;
+    for (int i = 0; i < 2000; ++i) {
+        Bytes k(32, 0x5c);
+        k[0] = static_cast<uint8_t>(i);
+        k[1] = static_cast<uint8_t>(i >> 8);
+        const uint8_t id = derived_key_id(k);
+        EXPECT_NE(id, 0);
+        ids.insert(id);
+    }
+    EXPECT_GT(ids.size(), 200u);
+}
+
+TEST(PeerKeys, SealNamesTheCurrentKeyAndFindGivesEitherKeyByItsId) {
+    const Bytes cur = repeat(0x21, 32), nxt = repeat(0x22, 32);
+    const PeerKeys keys({cur, 5}, PeerKeys::Key{nxt, 6});
+    EXPECT_EQ(keys.current_id(), 5);
+    EXPECT_EQ(keys.next_id(), 6);
+    Bytes d(sizeof(MsgHeader) + sizeof(AckBody) + kMacLen, 0);
+    MsgHeader h;
+    encode(Header{.type = MsgType::ack, .sender_party = 2, .body_len = sizeof(AckBody), .seq = 1, .channel = 1}, h);
+    std::memcpy(d.data(), &h, sizeof h);
+    keys.seal(d);
+    ParsedMsg m;
+    ASSERT_EQ(parse_message(d, m), WireError::ok);
+    EXPECT_EQ(m.header.key_id, 5);
+    ASSERT_NE(keys.find(5), nullptr);
+    EXPECT_TRUE(keys.find(5)->verify(m.authenticated, m.mac));
+    EXPECT_TRUE(HmacKey(cur).verify(m.authenticated, m.mac));
+    ASSERT_NE(keys.find(6), nullptr);
+    EXPECT_FALSE(keys.find(6)->verify(m.authenticated, m.mac));
+    EXPECT_EQ(keys.find(0), nullptr);
+    EXPECT_EQ(keys.find(7), nullptr);
+    // One key only: the next ID finds nothing.
+    const PeerKeys one({cur, 5});
+    EXPECT_EQ(one.next_id(), 0);
+    EXPECT_EQ(one.find(6), nullptr);
+    // Too short for a header and a MAC: left alone.
+    Bytes tiny(sizeof(MsgHeader) + kMacLen - 1, 0);
+    one.seal(tiny);
+    EXPECT_EQ(tiny, Bytes(sizeof(MsgHeader) + kMacLen - 1, 0));
+}
+
+TEST(PeerKeys, AZeroIdOrTwoKeysUnderOneIdAreRefused) {
+    const Bytes k = repeat(0x31, 32);
+    EXPECT_THROW(PeerKeys({k, 0}), std::invalid_argument);
+    EXPECT_THROW(PeerKeys({k, 3}, PeerKeys::Key{k, 3}), std::invalid_argument);
+    EXPECT_THROW(PeerKeys({k, 3}, PeerKeys::Key{k, 0}), std::invalid_argument);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -109,6 +109,25 @@ TEST(ConfigDiff, PeerKeyAndAddressChangesAreNamed) {
     EXPECT_EQ(texts(d), (std::vector<std::string>{"peer beta changed (key, address)"}));
 }
 
+// The steps of a rotation are live changes too: a next key added, made current, dropped.
+TEST(ConfigDiff, EachStepOfAKeyRotationIsALivePeerChange) {
+    const std::string k1 = "00112233445566778899aabbccddeeff", k2 = "ffeeddccbbaa99887766554433221101";
+    const Config step1 = edited({{"key = \"" + k1 + "\"", "key = \"" + k1 + "\"\nnext_key = \"" + k2 + "\""}});
+    ConfigDiff d = diff_config(kRunning, step1);
+    EXPECT_TRUE(d.peers_changed);
+    EXPECT_EQ(texts(d), (std::vector<std::string>{"peer beta changed (next_key added)"}));
+    const Config step2 = edited({{"key = \"" + k1 + "\"", "key = \"" + k2 + "\"\nnext_key = \"" + k1 + "\""}});
+    d = diff_config(step1, step2);
+    EXPECT_TRUE(d.peers_changed);
+    EXPECT_EQ(texts(d), (std::vector<std::string>{"peer beta changed (key, next_key)"}));
+    const Config step3 = edited({{"key = \"" + k1 + "\"", "key = \"" + k2 + "\""}});
+    d = diff_config(step2, step3);
+    EXPECT_TRUE(d.peers_changed);
+    EXPECT_EQ(texts(d), (std::vector<std::string>{"peer beta changed (next_key removed)"}));
+    d = diff_config(step3, step3);
+    EXPECT_FALSE(d.peers_changed);
+}
+
 TEST(ConfigDiff, PeerRemovedWithItsMappingsListsAllThree) {
     const Config start = parse_config(kBase + kGamma + R"(
 [[import]]
@@ -203,7 +222,7 @@ constexpr uint64_t kSec = 1'000'000'000ull;
 constexpr uint64_t kNow = 1'700'000'000ull * kSec;
 
 DpPeer dp_peer(uint32_t addr, uint16_t party, uint8_t key_byte) {
-    return DpPeer{addr, party, std::vector<uint8_t>(16, key_byte)};
+    return DpPeer{addr, party, std::vector<uint8_t>(16, key_byte), key_byte, {}, 0};
 }
 
 TEST(PeerTable, UnchangedPeerKeepsItsReplayWindowsAcrossASwap) {
@@ -222,15 +241,30 @@ TEST(PeerTable, UnchangedPeerKeepsItsReplayWindowsAcrossASwap) {
     EXPECT_EQ(next[0].windows[0].highest(), kNow + kSec);
 }
 
-TEST(PeerTable, PeerWithANewKeyOrAddressStartsFreshWindows) {
+TEST(PeerTable, PeerWithANewAddressStartsFreshWindowsAndANewKeyKeepsThem) {
     std::vector<DpPeerState> live = make_peer_table({dp_peer(0x0200a8c0, 2, 1), dp_peer(0x0300a8c0, 3, 2)}, kNow);
     live[0].windows[0].accept(kNow + 5);
     live[1].windows[0].accept(kNow + 5);
     std::vector<DpPeerState> next =
         make_peer_table({dp_peer(0x0200a8c0, 2, 9), dp_peer(0x1300a8c0, 3, 2)}, kNow + kSec);  // new key; new address
     carry_over_replay_windows(live, next);
-    EXPECT_EQ(next[0].windows[0].highest(), kNow + kSec);
+    // A key rotation must not open a window for replaying what the peer sent before it.
+    EXPECT_EQ(next[0].windows[0].highest(), kNow + 5);
+    EXPECT_EQ(next[0].windows[0].check(kNow + 5, kNow + 10, 30 * kSec), ReplayVerdict::replayed);
     EXPECT_EQ(next[1].windows[0].highest(), kNow + kSec);
+}
+
+TEST(PeerTable, APeerWithANextKeyFindsBothByIdAndSealsUnderTheCurrentOne) {
+    DpPeer p = dp_peer(0x0200a8c0, 2, 1);
+    p.next_key = std::vector<uint8_t>(16, 2);
+    p.next_key_id = 2;
+    const std::vector<DpPeerState> t = make_peer_table({p}, kNow);
+    ASSERT_EQ(t.size(), 1u);
+    EXPECT_EQ(t[0].keys.current_id(), 1);
+    EXPECT_EQ(t[0].keys.next_id(), 2);
+    EXPECT_NE(t[0].keys.find(1), nullptr);
+    EXPECT_NE(t[0].keys.find(2), nullptr);
+    EXPECT_EQ(t[0].keys.find(3), nullptr);
 }
 
 TEST(PeerTable, MadeTableCarriesEachPeersAddressPartyAndKey) {

@@ -120,6 +120,19 @@ TEST(ParseMessage, PeerMessageCarriesMacAfterBody) {
     EXPECT_EQ(m.authenticated.size(), sizeof(MsgHeader) + sizeof(QueryBody));
 }
 
+TEST(ParseMessage, APeerMessageNamesItsKeyAndAClientMessageMayNot) {
+    Header h{MsgType::query, 3, 0, 99, 1, 42};
+    auto d = frame(h, std::vector<uint8_t>(sizeof(QueryBody), 0), kMacLen);
+    EXPECT_EQ(d[kKeyIdOffset], 42);
+    ParsedMsg m;
+    ASSERT_EQ(parse_message(d, m), WireError::ok);
+    EXPECT_EQ(m.header.key_id, 42);
+    d[kKeyIdOffset + 1] = 1;  // the two bytes after it stay reserved
+    EXPECT_EQ(parse_message(d, m), WireError::bad_length);
+    const auto client = frame(Header{MsgType::resolve, 0, 0, 7, 0, 1}, std::vector<uint8_t>(sizeof(ResolveBody), 1));
+    EXPECT_EQ(parse_message(client, m), WireError::bad_length);
+}
+
 TEST(ParseMessage, NamesWhatIsWrong) {
     const Header h{MsgType::query, 3, 0, 99, 0};
     const auto good = frame(h, std::vector<uint8_t>(sizeof(QueryBody), 0), kMacLen);
