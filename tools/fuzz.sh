@@ -111,7 +111,7 @@ for t in "${TARGETS[@]}"; do
     work=$RUN/$t
     rm -rf "$work"
     mkdir -p "$work/corpus" "$work/artifacts"
-    [[ -d tests/fuzz/corpus/$t ]] && cp -r "tests/fuzz/corpus/$t/." "$work/corpus/"
+    if [[ -d tests/fuzz/corpus/$t ]]; then cp -r "tests/fuzz/corpus/$t/." "$work/corpus/"; fi
     seeds "$t" "$work/corpus"
     printf 'fuzz.sh: %s for %ss from %s inputs ...\n' "$t" "$SECONDS_PER" "$(find "$work/corpus" -type f | wc -l)" >&2
     rc=0
@@ -125,7 +125,10 @@ for t in "${TARGETS[@]}"; do
     files=$(find "$work/corpus" -type f | wc -l)
     kib=$(( ($(find "$work/corpus" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}') + 1023) / 1024 ))
     result=ok
-    if ((rc != 0)); then
+    if ((rc == 0)) && [[ -z $execs || -z $last ]]; then
+        failed=1
+        result="no figures in $work/log"
+    elif ((rc != 0)); then
         failed=1
         artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$work/log" | tail -n 1)
         kind=$(basename "${artifact:-crash}" | cut -d- -f1)
