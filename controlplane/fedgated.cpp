@@ -8,6 +8,7 @@
 
 #include "controlplane/config.hpp"
 #include "controlplane/gateway.hpp"
+#include "controlplane/service.hpp"
 
 namespace po = boost::program_options;
 
@@ -31,6 +32,9 @@ management socket named in the config ([gateway] socket).
   --version       print the version
 
 SIGHUP re-reads the config and applies what can change while running, as `fedgatectl reload` does.
+Under systemd (Type=notify) it reports READY once every port has link and the management socket
+answers, STATUS lines, and feeds WatchdogSec= only while every data-plane worker's loop goes round;
+with stderr on the journal, each log line is written once with its priority.
 Exit codes: 0 clean stop (SIGINT/SIGTERM), 1 config or start-up error, 2 bad command line.
 Example:
   fedgated --config /etc/fedgate/fedgate.toml
@@ -63,14 +67,19 @@ int main(int argc, char** argv) {
         return 2;
     }
 
+    // Under systemd with stderr on the journal: every line once, with its priority ("<N>" prefixes),
+    // DPDK's log stream included (instead of its stderr + syslog copies).
+    const bool journal = !vm["check"].as<bool>() && fedgate::log_to_journal_if_stderr_is_it();
+    const char* err_prefix = journal ? "<3>" : "";
+    const char* warn_prefix = journal ? "<4>" : "";
     fedgate::Config cfg;
     try {
         cfg = fedgate::load_config_file(vm["config"].as<std::string>());
     } catch (const fedgate::ConfigError& e) {
-        std::cerr << "fedgated: config error: " << e.what() << "\n";
+        std::cerr << err_prefix << "fedgated: config error: " << e.what() << "\n";
         return 1;
     }
-    for (const std::string& w : cfg.warnings) std::cerr << "fedgated: warning: " << w << "\n";
+    for (const std::string& w : cfg.warnings) std::cerr << warn_prefix << "fedgated: warning: " << w << "\n";
     if (vm["check"].as<bool>()) {
         std::cout << cfg.source << ": ok: party " << cfg.party << " (id " << cfg.party_id << "), " << cfg.ports.size()
                   << " ports, " << cfg.peers.size() << " peers\n";

@@ -1,5 +1,6 @@
 // Gateway start-up, shutdown, and the management requests.
 #include "controlplane/gateway.hpp"
+#include "controlplane/service.hpp"
 
 #include <rte_cycles.h>
 #include <rte_eal.h>
@@ -16,6 +17,8 @@
 #include <rte_ring.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -121,6 +124,7 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
         punt_thread_ = std::thread([this] { punt_loop(stop_control_); });
         mgmt_->start();
         if (metrics_) metrics_->start();
+        service_thread_ = std::thread([this] { service_loop(); });
     });
 
     std::vector<std::pair<Dataplane*, const std::atomic<bool>*>> args;
@@ -134,8 +138,93 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
         for (const unsigned l : dp_lcores_) rte_eal_wait_lcore(l);
     }
     FG_LOG(INFO, gateway, "stopping");
+    service::stopping();
     stop();
     return 0;
+}
+
+std::string Gateway::summary() const {
+    std::size_t up = 0;
+    for (const PortHandle& p : ports_) up += link_state(p.port_id).up ? 1 : 0;
+    return "party " + cfg_.party + " (id " + std::to_string(cfg_.party_id) + "): " + std::to_string(up) + " of " +
+           std::to_string(ports_.size()) + " ports up, " + std::to_string(dps_.size()) + " worker(s), " +
+           std::to_string(live()->peers.size()) + " peer(s)";
+}
+
+bool Gateway::mgmt_answers() const {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, cfg_.socket.c_str(), sizeof addr.sun_path - 1);
+    const timeval tv{1, 0};  // a ready daemon answers status in microseconds
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    std::string reply;
+    static constexpr char kRequest[] = "{\"cmd\":\"status\"}\n";
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::send(fd, kRequest, sizeof kRequest - 1, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof kRequest - 1)) {
+        char buf[4096];
+        ssize_t n;
+        while (reply.find('\n') == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0)
+            reply.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return reply.rfind("{\"ok\":true", 0) == 0;
+}
+
+void Gateway::service_loop() {
+    const auto nap = [this](std::chrono::milliseconds d) {  // in steps, so a stop is seen within 100 ms
+        const auto until = std::chrono::steady_clock::now() + d;
+        while (!stop_control_.load() && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+                std::chrono::milliseconds(100), until - std::chrono::steady_clock::now()));
+    };
+    std::string waiting, said;
+    while (!stop_control_.load()) {
+        waiting.clear();
+        for (std::size_t i = 0; i < ports_.size() && waiting.empty(); ++i)
+            if (!link_state(ports_[i].port_id).up) waiting = "waiting for link on port " + cfg_.ports[i].name;
+        if (waiting.empty() && !mgmt_answers()) waiting = "waiting for the management socket " + cfg_.socket;
+        if (waiting.empty()) break;
+        if (waiting != said) {
+            FG_LOG(INFO, gateway, "not ready yet: %s", waiting.c_str());
+            service::status(waiting);
+            said = waiting;
+        }
+        nap(std::chrono::milliseconds(100));
+    }
+    if (stop_control_.load()) return;
+    const std::string ready = summary();
+    service::ready(ready);
+    FG_LOG(INFO, gateway, "ready: %s", ready.c_str());
+
+    const uint64_t usec = service::watchdog_usec();
+    if (usec == 0) return;
+    // Fed twice per interval, each time only if every worker's loop went round since the last.
+    const auto every = std::chrono::milliseconds(std::max<uint64_t>(usec / 2000, 10));
+    FG_LOG(INFO, gateway, "watchdog: every %lld ms while the data plane makes progress",
+           static_cast<long long>(every.count()));
+    ProgressCheck check;
+    bool stalled = false;
+    std::vector<uint64_t> loops(dps_.size());
+    while (!stop_control_.load()) {
+        for (std::size_t w = 0; w < dps_.size(); ++w) loops[w] = dps_[w]->counters().polls.get();
+        if (const int stuck = check.stalled(loops); stuck < 0) {
+            service::watchdog();
+            if (stalled) {
+                FG_LOG(NOTICE, gateway, "the data plane makes progress again: feeding the watchdog");
+                service::status(summary());
+            }
+            stalled = false;
+        } else if (!stalled) {
+            FG_LOG(ERR, gateway, "data-plane worker %d (lcore %u) made no progress in %lld ms: not feeding the watchdog",
+                   stuck, dp_lcores_[static_cast<std::size_t>(stuck)], static_cast<long long>(every.count()));
+            service::status("data-plane worker " + std::to_string(stuck) + " stuck");
+            stalled = true;
+        }
+        nap(every);
+    }
 }
 
 // The peers as the lcores check their messages: address, party and keys.
@@ -338,6 +427,7 @@ void Gateway::start() {
 void Gateway::stop() {
     telemetry_detach();  // first: waits for telemetry replies in flight, then none reach what goes below
     stop_control_.store(true);
+    if (service_thread_.joinable()) service_thread_.join();
     if (pinger_) pinger_->cancel();  // a ping in flight must not hold up the shutdown
     if (metrics_) metrics_->stop();  // before the management socket, and before what it reads goes
     metrics_.reset();
@@ -764,6 +854,12 @@ std::shared_ptr<const Config> Gateway::live() const {
 // when they fail), then what cannot fail: the announce streams, the snapshot, the log levels.
 nlohmann::ordered_json Gateway::reload() {
     std::lock_guard serial(reload_mu_);
+    // systemd sees the reload (RELOADING=1), and READY=1 again when it is over, applied or refused.
+    service::reloading("reloading " + cfg_.source);
+    struct Ready {
+        const Gateway& gw;
+        ~Ready() { service::ready(gw.summary()); }
+    } ready_again{*this};
     const std::shared_ptr<const Config> running = live();
     const auto refuse = [&](const std::string& why) {
         FG_LOG(WARNING, gateway, "reload of %s refused: %s", cfg_.source.c_str(), why.c_str());

@@ -58,6 +58,12 @@ private:
     void start();   // throws std::runtime_error on any start-up failure
     void stop();
     void punt_loop(const std::atomic<bool>& quit);
+    // systemd (controlplane/service.hpp): READY once every port has link and the management socket
+    // answers, then the watchdog, fed while every worker's loop goes round. Until stop_control_.
+    void service_loop();
+    bool mgmt_answers() const;  // a status request on our own socket gets an ok reply
+    std::string summary() const;  // "party P (id N): K ports up, W workers, M peers"
+
     // Sleeps until the lcore rings the punt thread's doorbell or `deadline_ms` (the lcore's clock) comes.
     void wait_for_punts(uint64_t deadline_ms);
 
@@ -118,6 +124,7 @@ private:
     std::unique_ptr<MgmtServer> mgmt_;
     std::unique_ptr<MetricsServer> metrics_;  // null unless [metrics] listen is set
     std::thread punt_thread_;
+    std::thread service_thread_;  // service_loop
     ControlWake wake_;  // the punt thread's doorbell (its eventfd is made in start())
     std::unique_ptr<LcoreWake[]> bells_;  // each worker's doorbell (eventfds made in start())
     std::size_t bell_count_ = 0;

@@ -10,6 +10,8 @@ PKGS=(
   libdpdk-dev dpdk dpdk-dev libibverbs-dev librdmacm-dev libtbb-dev
   libboost-program-options-dev libtomlplusplus-dev nlohmann-json3-dev libssl-dev
   libpcap-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # sd_notify: readiness and the watchdog under systemd (Type=notify)
+  libsystemd-dev
   # the Python module and the federated-learning example
   pybind11-dev python3-dev python3-pytest python3-numpy python3-grpcio
   # test topology and traffic

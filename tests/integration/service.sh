@@ -78,7 +78,7 @@ expect "the installed fedgated runs" 0 "fedgated " -- "$D/usr/bin/fedgated" --ve
 u=$D$unit
 grep -q '@[A-Z_]*@' "$u" && fail "the unit has unreplaced @VARIABLES@: $(grep -o '@[A-Z_]*@' "$u" | tr '\n' ' ')" ||
     ok "the unit is fully configured"
-for line in "Type=simple" "ExecStartPre=/usr/bin/fedgated --config \${FEDGATE_CONFIG} --check" \
+for line in "Type=notify" "NotifyAccess=main" "WatchdogSec=10s" "ExecStartPre=/usr/bin/fedgated --config \${FEDGATE_CONFIG} --check" \
     "ExecStartPre=+$helper" "ExecStart=/usr/bin/fedgated --config \${FEDGATE_CONFIG}" \
     "Environment=FEDGATE_CONFIG=/etc/fedgate/fedgate.toml" "EnvironmentFile=-/etc/default/fedgate" \
     "EnvironmentFile=-/etc/fedgate/fedgate.env" "Restart=on-failure" "KillSignal=SIGTERM" \
