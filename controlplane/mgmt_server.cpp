@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "controlplane/log.hpp"
 
@@ -17,6 +18,8 @@ namespace {
 
 constexpr int kPollMs = 200;
 constexpr int kClientTimeoutMs = 5000;
+
+thread_local int t_passed_fd = -1;  // what the request being served on this thread came with
 
 sockaddr_un address_of(const std::string& path) {
     sockaddr_un a{};
@@ -43,7 +46,35 @@ bool wait_fd(int fd, short events, int timeout_ms) {
     return rc > 0;
 }
 
+// recv() that also takes a descriptor sent with the bytes; more than one, or any after the first,
+// are closed (the kernel closes those that do not fit the control buffer).
+ssize_t recv_with_fd(int fd, char* buf, std::size_t size) {
+    iovec iov{buf, size};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); n >= 0 && c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < count; ++i) {
+            int passed;
+            std::memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
+            if (t_passed_fd < 0)
+                t_passed_fd = passed;
+            else
+                ::close(passed);
+        }
+    }
+    return n;
+}
+
 }  // namespace
+
+int mgmt_take_passed_fd() { return std::exchange(t_passed_fd, -1); }
 
 MgmtServer::MgmtServer(std::string path, Handler handler, tbb::task_arena& arena)
     : path_(std::move(path)), handler_(std::move(handler)), arena_(arena) {
@@ -105,11 +136,14 @@ std::string MgmtServer::reply_for(const std::string& line, const Handler& handle
 }
 
 void MgmtServer::serve(int fd) {
+    // A handler that waits on TBB work may have this thread serve another connection meanwhile:
+    // each serve() keeps its own passed descriptor.
+    const int outer = std::exchange(t_passed_fd, -1);
     std::string line;
     char buf[4096];
     while (line.find('\n') == std::string::npos && line.size() < kMaxRequestBytes) {
         if (!wait_fd(fd, POLLIN, kClientTimeoutMs)) break;
-        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        const ssize_t n = recv_with_fd(fd, buf, sizeof buf);
         if (n <= 0) break;
         line.append(buf, static_cast<std::size_t>(n));
     }
@@ -120,6 +154,7 @@ void MgmtServer::serve(int fd) {
         reply = nlohmann::ordered_json{{"ok", false}, {"error", "request longer than 64 KiB"}}.dump() + "\n";
     else if (!line.empty())
         reply = reply_for(line, handler_);  // the client closed its side without a newline
+    if (const int passed = std::exchange(t_passed_fd, outer); passed >= 0) ::close(passed);  // not taken
     for (std::size_t off = 0; off < reply.size();) {
         if (!wait_fd(fd, POLLOUT, kClientTimeoutMs)) break;
         const ssize_t n = ::send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);

@@ -1,5 +1,7 @@
 // The management socket: a Unix stream socket where each connection carries one JSON request line
-// and gets one JSON reply line. Requests run as tasks in the control threads' TBB arena.
+// and gets one JSON reply line. Requests run as tasks in the control threads' TBB arena. A request
+// may come with a file descriptor (SCM_RIGHTS), which its handler can take: `fedgatectl capture -w -`
+// passes its standard output so that fedgated writes the capture straight into the pipe.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,6 +20,11 @@ namespace fedgate {
 class MgmtError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+
+// The descriptor the client passed with the request being handled, for its handler to take (call it
+// on the handler's thread): -1 if none came, or it was taken already. The taker owns it; one not
+// taken is closed when its handler returns.
+int mgmt_take_passed_fd();
 
 class MgmtServer {
 public:

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -62,6 +63,7 @@ struct Invocation {
     bool json = false;
     const po::variables_map& vm;
     std::ostream& out;
+    std::ostream& err;  // diagnostics, and what capture -w - says (its standard output carries the capture)
 };
 
 // {name, operands, option synopsis, summary, examples, options, handler}; see command_table.hpp.
@@ -142,10 +144,12 @@ constexpr std::array kCommands{
             "resolve a process ID the way a compute process would (cache, directed query or broadcast)",
             "fedgatectl resolve 2.7.42\nfedgatectl resolve 0.7.42 --json   # party 0: owner unknown",
             pid_operand, run_resolve},
-    Command{"capture", "", "--port NAME -w FILE [--count N] [--filter EXPR] [--duration S] [--snaplen N]",
-            "write what a port receives and sends to a pcap file (tcpdump, tshark and Wireshark read it)",
-            "fedgatectl capture --port internal --count 10 --filter icmp -w /tmp/ping.pcap\n"
-            "fedgatectl capture --port external --duration 30 --filter 'udp port 7410' -w resolve.pcap",
+    Command{"capture", "", "--port NAME -w FILE|- [--count N] [--filter EXPR] [--duration S] [--snaplen N]",
+            "write what a port receives and sends, with each packet's direction, to a pcapng file or a pipe "
+            "(tcpdump, tshark and Wireshark read it)",
+            "fedgatectl capture --port internal --count 10 --filter icmp -w /tmp/ping.pcapng\n"
+            "fedgatectl capture --port external --duration 30 --filter 'udp port 7410' -w resolve.pcapng\n"
+            "fedgatectl capture --port internal --count 4 --filter icmp -w - | tshark -r -",
             capture_options, run_capture},
     Command{"conn list", "", "[--limit N]",
             "list connection handshakes this gateway relays, in flight and finished, with their stage",
@@ -416,8 +420,9 @@ int usage_error(std::ostream& err, const std::string& what, const cli::CommandTe
 
 // ---- talking to the daemon -------------------------------------------------------------------
 
-Json call(const Invocation& inv, const Json& request, std::chrono::milliseconds timeout = kCallTimeout) {
-    MgmtReply reply = mgmt_call(inv.socket, request, timeout);
+Json call(const Invocation& inv, const Json& request, std::chrono::milliseconds timeout = kCallTimeout,
+          int pass_fd = -1) {
+    MgmtReply reply = mgmt_call(inv.socket, request, timeout, pass_fd);
     if (!reply.ok)
         throw RefusedError(reply.error);
     return std::move(reply.result);
@@ -1148,7 +1153,8 @@ void capture_options(po::options_description& visible, po::options_description&,
                      po::positional_options_description&) {
     visible.add_options()
         ("port", po::value<std::string>()->value_name("NAME"), "the gateway port to capture on (see fedgatectl status)")
-        ("write,w", po::value<std::string>()->value_name("FILE"), "the pcap file to write (replaced if it exists)")
+        ("write,w", po::value<std::string>()->value_name("FILE"),
+         "the pcapng file to write (replaced if it exists); - writes to standard output, for a pipe")
         ("count", po::value<std::string>()->value_name("N"), "stop after N packets, 1..10000000 (default: no limit)")
         ("filter", po::value<std::string>()->value_name("EXPR"), "keep only packets matching a tcpdump filter expression")
         ("duration", po::value<std::string>()->value_name("S"), "stop after S seconds, 1..86400 (default: no limit)")
@@ -1172,27 +1178,38 @@ int run_capture(const Invocation& inv) {
         return n;
     };
     const std::string port = need("port", "--port NAME (the gateway port to capture on)");
-    const std::string file_arg = need("write", "-w FILE (the pcap file to write)");
-    if (file_arg.empty()) throw UsageError(std::string(cmd) + ": -w needs a file name");
+    const std::string file_arg = need("write", "-w FILE (the pcapng file to write, or - for standard output)");
+    if (file_arg.empty()) throw UsageError(std::string(cmd) + ": -w needs a file name (or -)");
     const auto count = number("count", 1, kCaptureCountMax);
     const auto duration = number("duration", 1, kCaptureDurationMax);
     const auto snaplen = number("snaplen", 64, 2048);
-    // fedgated writes the file: it needs the whole path, and a file that is not there yet.
-    const std::string file = std::filesystem::absolute(file_arg).lexically_normal().string();
-    std::error_code ec;
-    if (std::filesystem::is_directory(file, ec)) throw UsageError(std::string(cmd) + ": -w " + file + " is a directory");
-    std::filesystem::remove(file, ec);
+    // fedgated writes the capture: into a file, for which it needs the whole path and a file that is
+    // not there yet, or for -w - into this process's standard output, passed with the request.
+    const bool to_stdout = file_arg == "-";
+    std::string file = "-";
+    if (to_stdout) {
+        if (::isatty(STDOUT_FILENO))
+            throw UsageError(std::string(cmd) + ": -w - writes binary pcapng to standard output, which is a terminal: "
+                                                "pipe it (| tshark -r -) or redirect it to a file");
+    } else {
+        file = std::filesystem::absolute(file_arg).lexically_normal().string();
+        std::error_code ec;
+        if (std::filesystem::is_directory(file, ec)) throw UsageError(std::string(cmd) + ": -w " + file + " is a directory");
+        std::filesystem::remove(file, ec);
+    }
+    std::ostream& say = to_stdout ? inv.err : inv.out;  // standard output is the capture's
+    const std::string target = to_stdout ? "standard output" : file;
 
     Json req = {{"cmd", "capture_start"}, {"port", port}, {"file", file}};
     if (count) req["count"] = *count;
     if (snaplen) req["snaplen"] = *snaplen;
     if (inv.vm.count("filter")) req["filter"] = inv.vm["filter"].as<std::string>();
-    Json st = call(inv, req);
+    Json st = call(inv, req, kCallTimeout, to_stdout ? STDOUT_FILENO : -1);
     const Json id = member(st, "id");
     if (!inv.json)
-        inv.out << "capturing on " << port << " to " << file
-                << (req.contains("filter") ? " (filter '" + req["filter"].get<std::string>() + "')" : std::string())
-                << (count ? ", " + std::to_string(*count) + " packets" : std::string()) << std::endl;
+        say << "capturing on " << port << " to " << target
+            << (req.contains("filter") ? " (filter '" + req["filter"].get<std::string>() + "')" : std::string())
+            << (count ? ", " + std::to_string(*count) + " packets" : std::string()) << std::endl;
 
     g_capture_interrupted = false;
     struct sigaction on{}, old_int{}, old_term{};
@@ -1207,13 +1224,14 @@ int run_capture(const Invocation& inv) {
     }
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
+    // fedgated has written and closed its end once this returns: a reader of -w - sees the end.
     st = call(inv, {{"cmd", "capture_stop"}, {"id", id}});
     if (inv.json) {
-        print_json(inv.out, st);
+        print_json(say, st);
     } else {
-        inv.out << field(st, "written") << " packets written to " << file << ", " << field(st, "dropped")
-                << " dropped (" << field(st, "matched") << " matched of " << field(st, "seen") << " seen)\n";
-        if (member(st, "error").is_string()) inv.out << "error: " << field(st, "error") << "\n";
+        say << field(st, "written") << " packets written to " << target << ", " << field(st, "dropped")
+            << " dropped (" << field(st, "matched") << " matched of " << field(st, "seen") << " seen)\n";
+        if (member(st, "error").is_string()) say << "error: " << field(st, "error") << "\n";
     }
     return field(st, "state") == "failed" ? 1 : 0;
 }
@@ -1441,7 +1459,7 @@ int dispatch(std::vector<std::string> args, std::ostream& out, std::ostream& err
         return usage_error(err, "no command given", nullptr);
 
     Invocation inv{vm.count("socket") ? vm["socket"].as<std::string>() : default_socket(), vm["json"].as<bool>(),
-                   vm, out};
+                   vm, out, err};
     if (inv.socket.empty())
         return usage_error(err, "--socket: empty path", cmd);
     try {

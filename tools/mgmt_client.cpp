@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -60,10 +61,28 @@ bool wait_ready(int fd, short events, Clock::time_point deadline) {
     }
 }
 
+// send() with `pass` attached to the first byte (SCM_RIGHTS): the descriptor travels once, with
+// whatever part of the line this call sends.
+ssize_t send_with_fd(int fd, const char* data, size_t size, int pass) {
+    iovec iov{const_cast<char*>(data), size};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass, sizeof pass);
+    return ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 }  // namespace
 
 MgmtReply mgmt_call(const std::string& socket_path, const nlohmann::ordered_json& request,
-                    std::chrono::milliseconds timeout) {
+                    std::chrono::milliseconds timeout, int pass_fd) {
     const auto deadline = Clock::now() + timeout;
     const std::string where = "fedgated at " + socket_path;
 
@@ -94,7 +113,9 @@ MgmtReply mgmt_call(const std::string& socket_path, const nlohmann::ordered_json
     for (size_t sent = 0; sent < line.size();) {
         if (!wait_ready(fd.get(), POLLOUT, deadline))
             fail(MgmtCallError::Kind::timeout, where + " did not take the request within " + seconds_text(timeout));
-        ssize_t n = ::send(fd.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = sent == 0 && pass_fd >= 0 ? send_with_fd(fd.get(), line.data(), line.size(), pass_fd)
+                                              : ::send(fd.get(), line.data() + sent, line.size() - sent,
+                                                       MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN)
                 continue;

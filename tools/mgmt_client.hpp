@@ -35,8 +35,10 @@ private:
 
 // Connects to `socket_path`, sends `request` as one line, reads one reply line. `timeout` bounds
 // the whole call (connect, send and receive). Throws MgmtCallError; a daemon-side refusal is not an
-// error here but a reply with ok == false.
+// error here but a reply with ok == false. `pass_fd` >= 0 goes to the daemon with the request
+// (SCM_RIGHTS), for a request that names it (capture_start with "file": "-"); this process keeps its
+// own copy.
 MgmtReply mgmt_call(const std::string& socket_path, const nlohmann::ordered_json& request,
-                    std::chrono::milliseconds timeout);
+                    std::chrono::milliseconds timeout, int pass_fd = -1);
 
 }  // namespace fedgate
