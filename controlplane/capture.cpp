@@ -49,6 +49,33 @@ struct EpbHead {
 };
 static_assert(sizeof(EpbHead) == 28);
 
+// rte_bpf_convert (DPDK 22.11, and upstream as of 2025) turns classic `ld [x + k]` into an eBPF
+// indirect load based on A (r0) instead of X (r7): every filter that reads past a variable-length
+// header (`icmp[icmptype]`, `tcp[tcpflags]`, `tcp dst port 80` does not, `icmp[0] == 0` does)
+// would read the wrong bytes. The converter emits indirect loads only for classic ones, whose index
+// is always X, so they are pointed at X here. tests/eal/test_capture_eal.cpp checks every filter
+// against libpcap's own interpreter.
+constexpr uint8_t kRegA = 0, kRegX = 7;  // the converter's registers for A and X
+
+void fix_indirect_loads(rte_bpf_prm* prm) {
+    auto* ins = const_cast<ebpf_insn*>(prm->ins);  // the converter's own allocation, right after prm
+    for (uint32_t i = 0; i < prm->nb_ins; ++i)
+        if (BPF_CLASS(ins[i].code) == BPF_LD && BPF_MODE(ins[i].code) == BPF_IND && ins[i].src_reg == kRegA)
+            ins[i].src_reg = kRegX;
+}
+
+// DPDK's x86-64 JIT (22.11, and upstream as of 2025) encodes `jset reg, #imm` with an immediate
+// in -128..127 as `test reg, imm8`, which x86 does not have (F7 /0 takes imm32): the following
+// instructions decode as garbage and the program crashes. tcpdump filters use such tests for flags
+// (`tcp[tcpflags] & tcp-syn != 0`, `ip[6] & 0x20 != 0`). Those programs run in the interpreter.
+bool jit_would_miscompile(const rte_bpf_prm* prm) {
+    for (uint32_t i = 0; i < prm->nb_ins; ++i) {
+        const ebpf_insn& in = prm->ins[i];
+        if (in.code == (BPF_JMP | BPF_JSET | BPF_K) && in.imm >= INT8_MIN && in.imm <= INT8_MAX) return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 // ---- the filter ---------------------------------------------------------------------------------
@@ -65,13 +92,15 @@ CaptureFilter::CaptureFilter(const std::string& expr, uint32_t snaplen, bool jit
     pcap_freecode(&classic);
     if (prm == nullptr)
         throw MgmtError("capture: filter '" + expr + "': rte_bpf cannot convert it: " + rte_strerror(rte_errno));
+    fix_indirect_loads(prm);
+    const bool jit_ok = jit && !jit_would_miscompile(prm);
     bpf_ = rte_bpf_load(prm);  // verifies, copies the program, and JIT-compiles it where DPDK can
     const int load_err = rte_errno;
     rte_free(prm);
     if (bpf_ == nullptr)
         throw MgmtError("capture: filter '" + expr + "': rte_bpf cannot load it: " + rte_strerror(load_err));
     rte_bpf_jit j{};
-    if (jit && rte_bpf_get_jit(bpf_, &j) == 0) jit_ = j.func;
+    if (jit_ok && rte_bpf_get_jit(bpf_, &j) == 0) jit_ = j.func;
 }
 
 CaptureFilter::~CaptureFilter() { rte_bpf_destroy(bpf_); }
