@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "controlplane/mgmt_server.hpp"
+#include "tools/mgmt_client.hpp"
 
 namespace fedgate {
 namespace {
@@ -111,6 +112,39 @@ TEST_F(MgmtSocket, ARegularFileInTheWayIsNotDeleted) {
     std::string content;
     in >> content;
     EXPECT_EQ(content, "precious");
+}
+
+// fedgatectl capture -w - passes its standard output this way: the handler takes the descriptor and
+// writes into the client's pipe; a descriptor no handler takes is closed, so the reader sees the end.
+TEST_F(MgmtSocket, ADescriptorPassedWithARequestReachesItsHandler) {
+    MgmtServer s(path_, [](const json& req) -> json {
+        if (req["cmd"] != "write") return {{"took", false}};
+        const int fd = mgmt_take_passed_fd();
+        if (fd < 0) throw MgmtError("no descriptor came");
+        const bool ok = ::write(fd, "pcapng", 6) == 6;
+        ::close(fd);
+        return {{"took", ok}, {"again", mgmt_take_passed_fd()}};
+    }, arena_);
+    s.start();
+    int pipe_fds[2];
+    ASSERT_EQ(::pipe(pipe_fds), 0);
+    const MgmtReply r = mgmt_call(path_, {{"cmd", "write"}}, std::chrono::seconds(5), pipe_fds[1]);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.result, json({{"took", true}, {"again", -1}}));
+    char buf[16] = {};
+    EXPECT_EQ(::read(pipe_fds[0], buf, sizeof buf), 6);
+    EXPECT_EQ(std::string(buf), "pcapng");
+
+    // Not taken: fedgated closes its copy, so once the client closes its own the reader gets EOF.
+    const MgmtReply ignored = mgmt_call(path_, {{"cmd", "other"}}, std::chrono::seconds(5), pipe_fds[1]);
+    EXPECT_EQ(ignored.result, json({{"took", false}}));
+    ::close(pipe_fds[1]);
+    EXPECT_EQ(::read(pipe_fds[0], buf, sizeof buf), 0) << "a copy of the write end is still open somewhere";
+    ::close(pipe_fds[0]);
+
+    const MgmtReply none = mgmt_call(path_, {{"cmd", "write"}}, std::chrono::seconds(5));
+    EXPECT_FALSE(none.ok);
+    EXPECT_EQ(none.error, "no descriptor came");
 }
 
 }  // namespace
