@@ -73,7 +73,8 @@ public:
 };
 
 // The library's verbs backend (rdma-core): the first RDMA device with a RoCE v2 GID in the node's
-// subnet (`node_ipv4`, host order). Opening it throws when there is no device.
+// subnet (`node_ipv4`, host order). Opening it throws when there is no device, and always in a
+// library built without rdma-core (FEDGATE_VERBS=OFF: "not built with RDMA (FEDGATE_VERBS=OFF)").
 std::unique_ptr<RdmaProvider> make_verbs_provider(uint32_t node_ipv4);
 
 }  // namespace fedgate
