@@ -9,7 +9,8 @@
 namespace fedgate {
 namespace {
 
-constexpr const char* kNotBuilt = "not built with RDMA (FEDGATE_VERBS=OFF)";
+// "no RDMA device" first, as the verbs backend says it, for whoever looks for that.
+constexpr const char* kNotBuilt = "no RDMA device: this library was not built with RDMA (FEDGATE_VERBS=OFF)";
 
 class NoVerbsProvider final : public RdmaProvider {
 public:

@@ -808,7 +808,7 @@ std::string real_device_error() {
         return e.why();
     }
 }
-constexpr const char* kNoRealDevice = "not built with RDMA (FEDGATE_VERBS=OFF)";
+constexpr const char* kNoRealDevice = "no RDMA device: this library was not built with RDMA (FEDGATE_VERBS=OFF)";
 #endif
 
 TEST(NodeCli, AutomaticTransportWithoutADeviceSaysSoOnStderr) {
