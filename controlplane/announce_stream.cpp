@@ -17,6 +17,8 @@ void AnnounceSender::restart(uint64_t stream, const std::vector<DmaAddress>& sna
     next_seq_ = 1;
     acked_ = 0;
     sent_upto_ = 0;
+    behind_acks_ = 0;
+    started_ms_ = now_ms;
     last_send_ms_ = now_ms;
     rto_ms_ = base_rto_ms_;
     msgs_.clear();
@@ -105,9 +107,18 @@ void AnnounceSender::poll(uint64_t now_ms, const Send& send) {
 bool AnnounceSender::on_ack(uint64_t stream, uint64_t acked, uint8_t flags, uint64_t now_ms) {
     if (stream != stream_ || stream_ == 0) return false;  // about a stream we already left
     // Before anything is acknowledged the snapshot's first message is being resent anyway: a peer
-    // that missed it and saw a later one will adopt the stream when it arrives.
-    if ((flags & kAckReset) != 0) return acked_ != 0;
-    if (acked <= acked_ || acked > sent_upto_) return false;
+    // that missed it and saw a later one will adopt the stream when it arrives. A peer that still
+    // refuses the stream after the snapshot has been resent at the longest timeout will not (it
+    // took a late copy of an older stream's snapshot for the newer one): start over.
+    if ((flags & kAckReset) != 0) return acked_ != 0 || now_ms >= started_ms_ + 2 * uint64_t{max_rto_ms_};
+    if (acked < acked_) {
+        // The peer holds less of the stream than it once acknowledged: it restarted and took the
+        // stream up again from a late copy of its snapshot. Go-back-N never resends what was
+        // acknowledged, so only a new stream brings it level; a few in a row, not one reordered ACK.
+        return ++behind_acks_ >= kBehindAcksToRestart;
+    }
+    behind_acks_ = 0;
+    if (acked == acked_ || acked > sent_upto_) return false;
     while (!msgs_.empty() && msgs_.front().seq <= acked) msgs_.pop_front();
     acked_ = acked;
     rto_ms_ = base_rto_ms_;

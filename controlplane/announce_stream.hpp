@@ -32,8 +32,11 @@ public:
     // Sends what the window allows, and on a timeout everything unacknowledged again (doubling the
     // timeout up to max_rto_ms, reset on progress).
     void poll(uint64_t now_ms, const Send& send);
-    // Returns true when the peer asked for a reset of the current stream: the caller restarts.
+    // Returns true when the caller must restart the stream: the peer asked for a reset (once
+    // something was acknowledged, or still after the snapshot was resent for twice the longest
+    // timeout), or kept acknowledging less than it once had (it lost the stream's state).
     bool on_ack(uint64_t stream, uint64_t acked, uint8_t flags, uint64_t now_ms);
+    static constexpr uint32_t kBehindAcksToRestart = 3;
     SyncBody sync_body(uint32_t records) const;
 
     uint64_t stream() const { return stream_; }
@@ -61,6 +64,8 @@ private:
     uint64_t acked_ = 0;      // every seq up to here is acknowledged
     uint64_t sent_upto_ = 0;  // highest seq sent at least once
     uint64_t last_send_ms_ = 0;
+    uint64_t started_ms_ = 0;     // when restart() began the stream
+    uint32_t behind_acks_ = 0;    // ACKs in a row below acked_
     std::deque<Message> msgs_;  // seqs acked_+1 .. next_seq_-1
     std::vector<Entry> queued_;
     AnnounceSenderStats stats_;

@@ -61,6 +61,16 @@ HandshakeRelay::Entry* HandshakeRelay::find(const ConnParams& p) {
     return it == table_.end() ? nullptr : &it->second;
 }
 
+HandshakeRelay::Entry* HandshakeRelay::find_live(const ConnParams& p) {
+    const auto it = table_.find({p.initiator.value, p.conn_id});
+    if (it == table_.end()) return nullptr;
+    if (it->second.stage != RelayStage::timed_out) return &it->second;
+    // Timed out: its virtual QPNs went back then and may be another connection's by now, so what it
+    // holds must not be sent again. A retried REQ starts over, with fresh ones.
+    table_.erase(it);
+    return nullptr;
+}
+
 HandshakeRelay::Entry* HandshakeRelay::insert(Role role, const ConnParams& p, uint64_t now_ms) {
     if (table_.size() >= settings_.max_handshakes) return nullptr;
     Entry& e = table_[{p.initiator.value, p.conn_id}];
@@ -111,7 +121,7 @@ void HandshakeRelay::client_req(Endpoint4 src, const ConnParams& p, uint64_t now
     if (p.target.party() == 0 || p.target == p.initiator || p.status != ConnStatus::ok)
         return refuse_to_process(src, p, ConnStatus::bad_request, now_ms);
 
-    if (Entry* e = find(p); e != nullptr) {
+    if (Entry* e = find_live(p); e != nullptr) {
         ++counters_.duplicates;
         e->initiator = src;
         e->updated_ms = now_ms;
@@ -153,7 +163,7 @@ void HandshakeRelay::peer_req(uint16_t party, const ConnParams& p, uint64_t now_
     // A peer speaks for its own processes, and to ours.
     if (p.initiator.party() != party || p.target.party() != party_ || p.status != ConnStatus::ok)
         return refuse_to_peer(party, p, ConnStatus::wrong_party, now_ms);
-    if (Entry* e = find(p); e != nullptr) {
+    if (Entry* e = find_live(p); e != nullptr) {
         if (e->role != Role::inbound || e->peer != party) {
             ++counters_.wrong_sender;
             return;

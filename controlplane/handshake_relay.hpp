@@ -122,6 +122,8 @@ private:
     void peer_rtu(uint16_t party, const ConnParams& p, uint64_t now_ms);
 
     Entry* find(const ConnParams& p);
+    // find(), but a timed-out entry is removed and not found: for a REQ, which then starts over.
+    Entry* find_live(const ConnParams& p);
     Entry* insert(Role role, const ConnParams& p, uint64_t now_ms);
     // A refusal goes back the way the REQ came: to the process (src) or to the peer gateway.
     void refuse_to_process(Endpoint4 src, const ConnParams& req, ConnStatus why, uint64_t now_ms);

@@ -41,7 +41,6 @@ working corpora are in BUILD_DIR/fuzz-run/<target>/. Exits 1 if any target crash
 Examples:
   tools/fuzz.sh --minutes 5 --merge            # the long run the README's figures come from
   tools/fuzz.sh --seconds 20 --targets resolve,announce
-  FEDGATE_FUZZ_STRICT=1 tools/fuzz.sh --targets announce   # fuzz_announce checks a known wedge too
 TXT
 }
 

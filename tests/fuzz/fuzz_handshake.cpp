@@ -110,10 +110,9 @@ public:
             check(gid_ipv4(p.gid) == kExternalAddr);
             const int ext = side(RoceSide::external);
             const bool held = installed[ext].count(p.qpn) + reserved[ext].count(p.qpn) == 1;
-            // A known problem: a REQ retried after its handshake timed out is relayed again with the
-            // vQPN released at the timeout. FEDGATE_FUZZ_STRICT=1 checks that case too.
-            static const bool strict = std::getenv("FEDGATE_FUZZ_STRICT") != nullptr;
-            check(held || (!strict && type == MsgType::hs_req && ever[ext].count(p.qpn) == 1));
+            // A REQ retried after its handshake timed out starts over with fresh vQPNs (it once went
+            // out again with the one released at the timeout).
+            check(held);
         }
         if (type == MsgType::hs_rep && p.status == ConnStatus::ok && p.caps == kCapTcp) check(p.ipv4 == kExternalAddr);
         last_to_peer = Sent{true, {}, party, type, p};

@@ -479,6 +479,38 @@ TEST_F(RelayPair, UnansweredHandshakesTimeOutAndFinishedOnesLeave) {
     EXPECT_EQ(a->size(), 0u);
 }
 
+// A REQ retried after its handshake timed out (the gateway gave its vQPNs back then) starts over
+// with a fresh reservation instead of sending the released vQPN again, which another connection
+// may hold by now.
+TEST_F(RelayPair, ARetryAfterATimeoutStartsOverWithFreshVirtualQpns) {
+    a_io.drop_peer_msgs = 1;
+    const ConnParams r = req(16);
+    const uint64_t t = settings.handshake_timeout_ms;
+    a->on_client(MsgType::conn_req, kAliceCtl, r, 0);
+    ASSERT_EQ(a_io.reserved.size(), 1u);
+    const uint32_t released = a_io.reserved[0].second;
+    a->expire(t);
+    EXPECT_EQ(stage_of(*a, t), "timed_out");
+    ASSERT_EQ(a_io.released.size(), 1u);
+    EXPECT_EQ(a_io.released[0].second, released);
+    // Alice retries the same connection: a new handshake, with a vQPN of its own.
+    a->on_client(MsgType::conn_req, kAliceCtl, r, t + 1);
+    EXPECT_EQ(a->counters().duplicates, 0u);
+    ASSERT_EQ(a_io.reserved.size(), 2u);
+    const uint32_t fresh = a_io.reserved[1].second;
+    EXPECT_NE(fresh, released);
+    EXPECT_EQ(stage_of(*a, t + 1), "req_relayed");
+    // Bob answers and Alice confirms: B sends toward the fresh vQPN, not the released one.
+    const auto at_bob = b_io.last(MsgType::conn_req, kBobCtl);
+    ASSERT_TRUE(at_bob);
+    b->on_client(MsgType::conn_rep, kBobCtl, rep_rdma(r), t + 2);
+    a->on_client(MsgType::conn_rtu, kAliceCtl, r, t + 3);
+    ASSERT_EQ(b_io.installed.size(), 1u);
+    EXPECT_EQ(b_io.installed[0].peer_vqpn, fresh);
+    ASSERT_EQ(a_io.installed.size(), 1u);
+    EXPECT_EQ(a_io.installed[0].external_vqpn, fresh);
+}
+
 TEST_F(RelayPair, AFullTableRefusesBusy) {
     a_io.drop_peer_msgs = 100;
     for (uint64_t i = 1; i <= settings.max_handshakes; ++i) a->on_client(MsgType::conn_req, kAliceCtl, req(100 + i), 0);

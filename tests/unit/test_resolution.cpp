@@ -1851,6 +1851,38 @@ TEST(AnnounceStream, AckOutsideWhatWasSentOrForAnotherStreamChangesNothing) {
     EXPECT_TRUE(tx.on_ack(77, 0, kAckReset, 2));
 }
 
+// A receiver that lost the stream's state (it restarted, then took the stream up again from a late
+// copy of the snapshot) acknowledges less than it once did; go-back-N never resends what was
+// acknowledged, so the sender starts over, after a few such ACKs in a row (one is reordering).
+TEST(AnnounceStream, AReceiverThatKeepsAcknowledgingLessThanItHadGetsANewStream) {
+    AnnounceSender tx(8, 100);
+    std::vector<DmaAddress> snapshot;
+    for (uint32_t i = 0; i < 5 * kMaxAnnouncePerMsg; ++i) snapshot.push_back(make_record(ProcessId::make(1, 1, i)));
+    tx.restart(77, snapshot, 0);
+    tx.poll(0, [](MsgType, const std::vector<uint8_t>&) {});
+    EXPECT_FALSE(tx.on_ack(77, 4, 0, 1));
+    EXPECT_FALSE(tx.on_ack(77, 2, 0, 2)) << "one ACK behind: reordering";
+    EXPECT_FALSE(tx.on_ack(77, 4, 0, 3)) << "level again";
+    EXPECT_FALSE(tx.on_ack(77, 1, 0, 4));
+    EXPECT_FALSE(tx.on_ack(77, 1, 0, 5));
+    EXPECT_TRUE(tx.on_ack(77, 1, 0, 6)) << "three in a row behind: the receiver went back";
+    EXPECT_EQ(tx.acked(), 4u);
+}
+
+// A receiver that refuses the stream (unknown_stream + reset) while nothing is acknowledged is
+// waiting for the snapshot, which is being resent; if it still refuses after twice the longest
+// timeout it will never take it (it holds an older stream it took from a late snapshot): restart.
+TEST(AnnounceStream, AResetBeforeAnyAckRestartsOnlyOnceTheSnapshotHadTimeToArrive) {
+    AnnounceSender tx(8, 100, 400);
+    tx.restart(9, {make_record(ProcessId::make(1, 1, 1))}, 1000);
+    tx.poll(1000, [](MsgType, const std::vector<uint8_t>&) {});
+    EXPECT_FALSE(tx.on_ack(9, 0, kAckReset, 1001));
+    EXPECT_FALSE(tx.on_ack(9, 0, kAckReset, 1000 + 799));
+    EXPECT_TRUE(tx.on_ack(9, 0, kAckReset, 1000 + 800));
+    tx.restart(10, {}, 2000);
+    EXPECT_FALSE(tx.on_ack(10, 0, kAckReset, 2001)) << "a new stream waits again";
+}
+
 TEST(AnnounceStream, RetransmitsEverythingUnackedAfterRtoDoublingUpToMax) {
     AnnounceSender tx(4, 100, 400);
     tx.restart(5, {make_record(ProcessId::make(1, 1, 1))}, 0);
