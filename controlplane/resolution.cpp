@@ -32,10 +32,7 @@ T body_as(std::span<const uint8_t> body, std::size_t offset = 0) {
     return v;
 }
 
-PeerKeys peer_keys(const PeerConfig& p) {
-    if (p.next_key.empty()) return PeerKeys({p.key, p.key_id});
-    return PeerKeys({p.key, p.key_id}, PeerKeys::Key{p.next_key, p.next_key_id});
-}
+PeerKeys peer_keys(const PeerConfig& p) { return PeerKeys({p.key, p.key_id}, {p.next_key, p.next_key_id}); }
 
 }  // namespace
 

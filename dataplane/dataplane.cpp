@@ -69,9 +69,8 @@ std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint6
     table.reserve(peers.size());
     for (const DpPeer& p : peers)
     {
-        const std::optional<PeerKeys::Key> next =
-            p.next_key.empty() ? std::nullopt : std::optional<PeerKeys::Key>(PeerKeys::Key{p.next_key, p.next_key_id});
-        DpPeerState& st = table.emplace_back(DpPeerState{p, PeerKeys({p.key, p.key_id}, next), {}, {}, false});
+        DpPeerState& st = table.emplace_back(
+            DpPeerState{p, PeerKeys({p.key, p.key_id}, {p.next_key, p.next_key_id}), {}, {}, false});
         for (ReplayWindow& w : st.windows) w = ReplayWindow(start_seq);
         if (limit.rate != 0) {
             st.verify_budget = TokenBucket(limit.rate, std::max<uint32_t>(1, limit.burst));

@@ -120,15 +120,17 @@ uint8_t derived_key_id(std::span<const uint8_t> key) {
     return static_cast<uint8_t>(1 + d[8] % 255);  // a byte the fingerprint does not show
 }
 
-PeerKeys::PeerKeys(Key current, std::optional<Key> next)
-    : current_(current.bytes), current_id_(current.id), next_id_(next ? next->id : 0) {
+PeerKeys::PeerKeys(Key current, Key next)
+    : current_(current.bytes), current_id_(current.id), next_id_(next.bytes.empty() ? 0 : next.id) {
     if (current.id == 0) throw std::invalid_argument("a peer key's ID must be 1-255");
-    if (next) {
-        if (next->id == 0) throw std::invalid_argument("a peer key's ID must be 1-255");
-        if (next->id == current.id) throw std::invalid_argument("the next key has the current key's ID");
-        next_.emplace(next->bytes);
+    if (!next.bytes.empty()) {
+        if (next.id == 0) throw std::invalid_argument("a peer key's ID must be 1-255");
+        if (next.id == current.id) throw std::invalid_argument("the next key has the current key's ID");
+        next_.emplace(next.bytes);
     }
 }
+
+PeerKeys::PeerKeys(Key current) : PeerKeys(current, Key{}) {}
 
 void PeerKeys::seal(std::span<uint8_t> datagram) const {
     if (datagram.size() < sizeof(MsgHeader) + kMacLen) return;

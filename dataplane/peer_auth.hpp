@@ -63,8 +63,10 @@ public:
         std::span<const uint8_t> bytes;
         uint8_t id = 0;
     };
-    // Throws std::invalid_argument for an ID of 0 or a next key with the current key's ID.
-    explicit PeerKeys(Key current, std::optional<Key> next = std::nullopt);
+    // A next key with no bytes is none. Throws std::invalid_argument for an ID of 0 or a next key
+    // with the current key's ID.
+    PeerKeys(Key current, Key next);
+    explicit PeerKeys(Key current);  // no next key
 
     // Writes the current key's ID into the header, then the MAC of all but the last kMacLen bytes
     // into the last kMacLen bytes (an encoded peer message whose trailer is still blank). A
