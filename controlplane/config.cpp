@@ -554,6 +554,20 @@ void read_metrics(const std::string& file, const toml::table& t, MetricsSettings
     s.listen = ep;
 }
 
+void read_cluster(const std::string& file, const toml::table& t, ClusterSettings& s) {
+    TableReader r(file, t, "cluster", {"etcd", "member", "lease_ttl_s"});
+    if (t.empty()) return;  // no [cluster]: alone
+    // Types first, so a wrong one is named before a missing key is.
+    (void)r.string("member", false);
+    r.uint("lease_ttl_s", s.lease_ttl_s, 2, 60);
+    s.etcd = r.string_list("etcd", true);
+    if (s.etcd.empty()) r.fail("etcd", "needs at least one endpoint URL, like \"http://198.18.250.11:2379\" (no [cluster] section: a gateway alone)");
+    for (const std::string& url : s.etcd)
+        if (const std::string why = endpoint_url_problem(url); !why.empty()) r.fail("etcd", "'" + url + "' " + why);
+    s.member = *r.string("member", true);
+    if (!valid_name(s.member)) r.fail("member", "'" + s.member + "' must be 1-32 of A-Z a-z 0-9 _ -");
+}
+
 Proto read_proto(TableReader& r) {
     const std::string p = *r.string("proto", true);
     if (p == "tcp") return Proto::tcp;
@@ -702,8 +716,8 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     Config c;
     c.source = source_name;
     TableReader top(source_name, root, "",
-                    {"gateway", "eal", "dataplane", "nat", "resolve", "connect", "log", "metrics", "port", "peer", "import",
-                     "export"});
+                    {"gateway", "eal", "dataplane", "nat", "resolve", "connect", "log", "metrics", "cluster", "port", "peer",
+                     "import", "export"});
     const toml::table empty;
     read_gateway(source_name, sub_table(top, root, "gateway", true, empty), c);
     {
@@ -720,9 +734,32 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     read_connect(source_name, sub_table(top, root, "connect", false, empty), c.connect);
     read_log(source_name, sub_table(top, root, "log", false, empty), c.log);
     read_metrics(source_name, sub_table(top, root, "metrics", false, empty), c.metrics);
+    read_cluster(source_name, sub_table(top, root, "cluster", false, empty), c.cluster);
     check_whole(source_name, root, c);
     read_mappings(source_name, top, root, c);  // after the ports and peers they refer to are checked
     return c;
+}
+
+std::string ClusterSettings::endpoints_text() const {
+    std::string s;
+    for (const auto& e : etcd) s += (s.empty() ? "" : ",") + e;
+    return s;
+}
+
+std::string endpoint_url_problem(const std::string& url) {
+    std::string rest;
+    if (url.starts_with("http://"))
+        rest = url.substr(7);
+    else if (url.starts_with("https://"))
+        rest = url.substr(8);
+    else
+        return "must start with http:// or https://";
+    const auto colon = rest.rfind(':');
+    if (colon == std::string::npos || colon == 0) return "must name a host and a port, like http://198.18.250.11:2379";
+    const std::string host = rest.substr(0, colon), port = rest.substr(colon + 1);
+    if (host.find_first_of("/?#@ ") != std::string::npos) return "has a path or user part: give only scheme://HOST:PORT";
+    if (!parse_port(port) || *parse_port(port) == 0) return "has no valid port after the host (1-65535)";
+    return "";
 }
 
 Config load_config_file(const std::string& path) {

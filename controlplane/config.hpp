@@ -212,6 +212,18 @@ struct MetricsSettings {
     bool operator==(const MetricsSettings&) const = default;
 };
 
+// [cluster]: a group of gateways for one party on an etcd store; absent (no endpoints): the
+// gateway is alone and keeps its state file, as always.
+inline constexpr uint32_t kDefaultLeaseTtlS = 2;  // etcd's shortest lease with its default election timing
+struct ClusterSettings {
+    std::vector<std::string> etcd;  // endpoint URLs, "http://IP:PORT"
+    std::string member;             // this gateway's name in the group
+    uint32_t lease_ttl_s = kDefaultLeaseTtlS;
+    bool enabled() const { return !etcd.empty(); }
+    std::string endpoints_text() const;  // "URL,URL,..." 
+    bool operator==(const ClusterSettings&) const = default;
+};
+
 struct Config {
     std::vector<std::string> warnings;  // not errors, but an operator should hear of them (--check prints them)
     std::string source;  // the file it came from
@@ -228,6 +240,7 @@ struct Config {
     ConnectSettings connect;
     LogSettings log;
     MetricsSettings metrics;
+    ClusterSettings cluster;
     std::vector<ImportMapping> imports;
     std::vector<ExportMapping> exports;
 
@@ -257,6 +270,9 @@ std::string format_ipv4(uint32_t host_order);
 // "IP:PORT" -> (host-order address, port); nullopt on anything else.
 std::optional<std::pair<uint32_t, uint16_t>> parse_endpoint(const std::string& s);
 std::optional<uint16_t> parse_port(const std::string& s);
-bool valid_name(const std::string& s);  // party, port and cluster names: 1-32 of [A-Za-z0-9_-]
+bool valid_name(const std::string& s);
+// A store endpoint as [cluster] etcd takes it: "http://HOST:PORT" or "https://HOST:PORT", nothing
+// after the port. Returns what is wrong with it, or "" when it is fine.
+std::string endpoint_url_problem(const std::string& url);  // party, port and cluster names: 1-32 of [A-Za-z0-9_-]
 
 }  // namespace fedgate

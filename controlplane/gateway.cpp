@@ -36,6 +36,7 @@
 #include "controlplane/pinger.hpp"
 #include "controlplane/auto_mapping.hpp"
 #include "controlplane/capture.hpp"
+#include "controlplane/cluster.hpp"
 #include "controlplane/counter_table.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/reload.hpp"
@@ -124,6 +125,12 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
         punt_thread_ = std::thread([this] { punt_loop(stop_control_); });
         mgmt_->start();
         if (metrics_) metrics_->start();
+        if (cluster_)
+            cluster_->start(table_.get(), [this](bool active) {
+                // The group's addresses follow the active member (gratuitous ARP on takeover) in the
+                // next step; until then the role is what the status and metrics show.
+                (void)active;
+            });
         service_thread_ = std::thread([this] { service_loop(); });
     });
 
@@ -360,12 +367,23 @@ void Gateway::start() {
     if (rcu_ == nullptr || rte_rcu_qsbr_init(rcu_, workers) != 0)
         throw std::runtime_error("cannot set up RCU for the port maps");
     maps_ = std::make_unique<PortMapView>();
-    table_ = std::make_unique<PortMapTable>(cfg_, *maps_, rcu_, cfg_.state_dir + "/mappings.json");
     std::vector<std::string> warnings;
+    if (cfg_.cluster.enabled()) {
+        // A group's member: the run-time mappings live in the store, not in the state file.
+        cluster_ = std::make_unique<ClusterService>(cfg_);
+        table_ = std::make_unique<PortMapTable>(cfg_, *maps_, rcu_, cluster_->take_map_state());
+        FG_LOG(INFO, gateway, "cluster: member %s of party %s, store %s, lease %u s", cfg_.cluster.member.c_str(),
+               cfg_.party.c_str(), cfg_.cluster.endpoints_text().c_str(), cfg_.cluster.lease_ttl_s);
+    } else {
+        table_ = std::make_unique<PortMapTable>(cfg_, *maps_, rcu_, cfg_.state_dir + "/mappings.json");
+    }
     try {
         table_->load(&warnings);
     } catch (const MapError& e) {
-        throw std::runtime_error(std::string("port maps: ") + e.what());
+        // A member starts without the store: the config's mappings now, the group's once the
+        // store answers (the cluster loop reads them then).
+        if (!cluster_ || e.field() != "store") throw std::runtime_error(std::string("port maps: ") + e.what());
+        warnings.push_back(std::string("port maps: ") + e.what() + " (starting with the config's mappings)");
     }
     for (const std::string& w : warnings) FG_LOG(WARNING, gateway, "%s", w.c_str());
     FG_LOG(INFO, gateway, "port maps: %zu import, %zu export", table_->import_count(), table_->export_count());
@@ -426,6 +444,7 @@ void Gateway::start() {
 
 void Gateway::stop() {
     telemetry_detach();  // first: waits for telemetry replies in flight, then none reach what goes below
+    if (cluster_) cluster_->stop();  // resigns first: a standby takes over while we wind down
     stop_control_.store(true);
     if (service_thread_.joinable()) service_thread_.join();
     if (pinger_) pinger_->cancel();  // a ping in flight must not hold up the shutdown
@@ -454,6 +473,7 @@ void Gateway::stop() {
     cache_.reset();  // no lcore left to read it
     pinger_.reset();
     table_.reset();  // the data plane is gone: rules can be freed without a grace period
+    cluster_.reset();
     maps_.reset();
     std::free(rcu_);
     rcu_ = nullptr;
@@ -600,6 +620,10 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     if (cmd == "capture_start" || cmd == "capture_status" || cmd == "capture_stop") return capture_->handle(req);
     if (cmd == "log_level") return log_level(req);
     if (cmd == "reload") return reload();
+    if (cmd == "cluster_status") {
+        if (!cluster_) throw MgmtError("this gateway is alone: no [cluster] in " + cfg_.source);
+        return cluster_->status();
+    }
     if (cmd == "log_list") {
         nlohmann::ordered_json types = nlohmann::ordered_json::array();
         for (const LogTypeLevel& t : log_type_levels()) types.push_back({{"type", t.type}, {"level", log_level_name(t.level)}});
@@ -607,7 +631,7 @@ nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
     }
     throw MgmtError("unknown cmd '" + cmd +
                     "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list, dir_list, dir_show, "
-                    "resolve, conn_list, log_level, log_list, reload, capture_start, capture_status, capture_stop)");
+                    "resolve, conn_list, log_level, log_list, reload, capture_start, capture_status, capture_stop, cluster_status)");
 }
 
 nlohmann::ordered_json Gateway::status() const {

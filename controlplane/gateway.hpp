@@ -34,6 +34,7 @@ class RoceTranslations;
 class CaptureService;
 class ResolutionService;
 class ResolveCache;
+class ClusterService;
 
 // The most entries one listing request (session_list, dir_list) returns; telemetry pages within it.
 inline constexpr uint32_t kMaxListed = 100'000;
@@ -117,6 +118,7 @@ private:
     bool pdump_ = false;                       // rte_pdump_init done (hugepages, shared config)  // the tcp transport's mappings, which resolution_ asks for
     std::unique_ptr<PortMapView> maps_;
     std::unique_ptr<PortMapTable> table_;
+    std::unique_ptr<ClusterService> cluster_;  // null unless [cluster] names a store
     std::vector<PortHandle> ports_;
     std::vector<DpPortConfig> dp_ports_;
     std::vector<std::unique_ptr<Dataplane>> dps_;  // the workers; dps_[0] takes injected packets

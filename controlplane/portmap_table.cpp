@@ -32,8 +32,57 @@ void write_all(int fd, const std::string& data, const std::string& path) {
 
 }  // namespace
 
+class FileMapState final : public MapState {
+public:
+    explicit FileMapState(std::string path) : path_(std::move(path)) {}
+    std::optional<std::string> read() override {
+        std::ifstream in(path_);
+        if (!in) return std::nullopt;
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    }
+    void write(const std::string& text) override;
+    std::string where() const override { return path_; }
+
+private:
+    std::string path_;
+};
+
+// Write a temporary file, fsync it, rename it over the old one, fsync the directory: after a crash
+// the file is the old one or the new one, whole.
+void FileMapState::write(const std::string& text) {
+    const std::string tmp = path_ + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) throw MapError("state", "cannot write " + tmp + ": " + std::strerror(errno));
+    try {
+        write_all(fd, text, tmp);
+        if (::fsync(fd) != 0) throw MapError("state", "cannot fsync " + tmp + ": " + std::strerror(errno));
+    } catch (...) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw;
+    }
+    ::close(fd);
+    if (::rename(tmp.c_str(), path_.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        throw MapError("state", "cannot replace " + path_ + ": " + std::strerror(err));
+    }
+    const std::string dir = std::filesystem::path(path_).parent_path().string();
+    if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+std::unique_ptr<MapState> file_map_state(std::string path) { return std::make_unique<FileMapState>(std::move(path)); }
+
 PortMapTable::PortMapTable(const Config& cfg, PortMapView& view, rte_rcu_qsbr* rcu, std::string state_file)
-    : cfg_(&cfg), view_(view), rcu_(rcu), state_file_(std::move(state_file)) {}
+    : PortMapTable(cfg, view, rcu, file_map_state(std::move(state_file))) {}
+
+PortMapTable::PortMapTable(const Config& cfg, PortMapView& view, rte_rcu_qsbr* rcu, std::unique_ptr<MapState> state)
+    : cfg_(&cfg), view_(view), rcu_(rcu), state_(std::move(state)) {}
 
 PortMapTable::~PortMapTable() {
     // The data plane is stopped by now: take every rule back out and free it.
@@ -81,70 +130,64 @@ void PortMapTable::persist(const Config& cfg, const std::vector<ImportMapping>& 
         if (m.source == MapSource::cli) added.push_back(to_json(m));
     nlohmann::ordered_json gone = nlohmann::ordered_json::array();
     for (const Key& k : deleted) gone.push_back({{"kind", k.kind}, {"proto", proto_name(k.proto)}, {"port", k.port}});
-    const std::string text =
-        nlohmann::ordered_json{{"version", kStateVersion}, {"added", added}, {"deleted", gone}}.dump(2) + "\n";
-
-    // Write a temporary file, fsync it, rename it over the old one, fsync the directory: after a
-    // crash the file is the old one or the new one, whole.
-    const std::string tmp = state_file_ + ".tmp";
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) throw MapError("state", "cannot write " + tmp + ": " + std::strerror(errno));
-    try {
-        write_all(fd, text, tmp);
-        if (::fsync(fd) != 0) throw MapError("state", "cannot fsync " + tmp + ": " + std::strerror(errno));
-    } catch (...) {
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw;
-    }
-    ::close(fd);
-    if (::rename(tmp.c_str(), state_file_.c_str()) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        throw MapError("state", "cannot replace " + state_file_ + ": " + std::strerror(err));
-    }
-    const std::string dir = std::filesystem::path(state_file_).parent_path().string();
-    if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-        ::fsync(dfd);
-        ::close(dfd);
-    }
+    state_->write(nlohmann::ordered_json{{"version", kStateVersion}, {"added", added}, {"deleted", gone}}.dump(2) + "\n");
 }
 
 void PortMapTable::load(std::vector<std::string>* warnings) {
+    std::lock_guard lk(mu_);
+    read_state(warnings);
+}
+
+void PortMapTable::refresh(std::vector<std::string>* warnings) {
+    std::lock_guard lk(mu_);
+    read_state(warnings);
+}
+
+void PortMapTable::install(std::vector<ImportMapping> imports, std::vector<ExportMapping> exports) {
+    // Publishing over a rule replaces it at once; only keys no longer mapped are taken out.
+    const auto kept = [](const auto& list, const auto& m) {
+        return std::any_of(list.begin(), list.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; });
+    };
+    for (const auto& m : imports_)
+        if (!kept(imports, m)) unpublish({"import", m.proto, m.port});
+    for (const auto& m : exports_)
+        if (!kept(exports, m)) unpublish({"export", m.proto, m.port});
+    imports_ = std::move(imports);
+    exports_ = std::move(exports);
+    for (const auto& m : imports_) publish(m);
+    for (const auto& m : exports_) publish(m);
+    reclaim();
+}
+
+void PortMapTable::read_state(std::vector<std::string>* warnings) {
     std::vector<std::string> ignored;
     if (warnings == nullptr) warnings = &ignored;
-    std::lock_guard lk(mu_);
-    // A reload starts from nothing published.
-    for (const auto& m : imports_) unpublish({"import", m.proto, m.port});
-    for (const auto& m : exports_) unpublish({"export", m.proto, m.port});
-    // Automatic mappings serve live processes: they stay unless the new config takes their port.
-    std::vector<ImportMapping> auto_imports;
-    std::vector<ExportMapping> auto_exports;
+    // Automatic mappings serve live processes: they stay unless the config or the state takes their port.
+    std::vector<ImportMapping> auto_imports, imports = cfg_->imports;
+    std::vector<ExportMapping> auto_exports, exports = cfg_->exports;
     std::copy_if(imports_.begin(), imports_.end(), std::back_inserter(auto_imports), [](const auto& m) { return m.source == MapSource::automatic; });
     std::copy_if(exports_.begin(), exports_.end(), std::back_inserter(auto_exports), [](const auto& m) { return m.source == MapSource::automatic; });
-    imports_ = cfg_->imports;
-    exports_ = cfg_->exports;
-    deleted_config_.clear();
+    std::vector<Key> deleted;
 
-    std::ifstream in(state_file_);
-    if (in) {
+    const std::string where = state_->where();
+    if (const std::optional<std::string> text = state_->read()) {
         nlohmann::ordered_json state;
         try {
-            state = nlohmann::ordered_json::parse(in);
+            state = nlohmann::ordered_json::parse(*text);
         } catch (const nlohmann::json::exception& e) {
-            throw MapError("state", state_file_ + " is not valid JSON: " + e.what());
+            throw MapError("state", where + " is not valid JSON: " + e.what());
         }
         if (!state.is_object() || state.value("version", 0) != kStateVersion)
-            throw MapError("state", state_file_ + ": unknown format (want version " + std::to_string(kStateVersion) + ")");
+            throw MapError("state", where + ": unknown format (want version " + std::to_string(kStateVersion) + ")");
         for (const auto& d : state.value("deleted", nlohmann::ordered_json::array())) {
             try {
                 const Key k{d.at("kind").get<std::string>(), proto_from_json(d, "proto"), port_from_json(d, "port")};
                 const auto gone = [&](const auto& m) { return m.proto == k.proto && m.port == k.port; };
-                if (k.kind == "import") std::erase_if(imports_, gone);
-                if (k.kind == "export") std::erase_if(exports_, gone);
-                deleted_config_.push_back(k);
+                if (k.kind == "import") std::erase_if(imports, gone);
+                if (k.kind == "export") std::erase_if(exports, gone);
+                deleted.push_back(k);
             } catch (const std::exception& e) {
-                warnings->push_back(state_file_ + ": skipped a deleted entry: " + e.what());
+                warnings->push_back(where + ": skipped a deleted entry: " + e.what());
             }
         }
         for (const auto& a : state.value("added", nlohmann::ordered_json::array())) {
@@ -154,21 +197,21 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
                     ImportMapping m = import_from_json(a);
                     m.source = MapSource::cli;
                     check_mapping(m, *cfg_);
-                    if (std::any_of(imports_.begin(), imports_.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
+                    if (std::any_of(imports.begin(), imports.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
                         throw MapError("port", mapping_key("import", m.proto, m.port) + " is now mapped by the config");
-                    imports_.push_back(m);
+                    imports.push_back(m);
                 } else if (kind == "export") {
                     ExportMapping m = export_from_json(a);
                     m.source = MapSource::cli;
                     check_mapping(m, *cfg_);
-                    if (std::any_of(exports_.begin(), exports_.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
+                    if (std::any_of(exports.begin(), exports.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; }))
                         throw MapError("port", mapping_key("export", m.proto, m.port) + " is now mapped by the config");
-                    exports_.push_back(m);
+                    exports.push_back(m);
                 } else {
                     throw MapError("kind", "'" + kind + "' must be import or export");
                 }
             } catch (const std::exception& e) {
-                warnings->push_back(state_file_ + ": dropped a run-time mapping that no longer fits: " + e.what());
+                warnings->push_back(where + ": dropped a run-time mapping that no longer fits: " + e.what());
             }
         }
     }
@@ -180,11 +223,10 @@ void PortMapTable::load(std::vector<std::string>* warnings) {
                 list.push_back(m);
         }
     };
-    keep(imports_, auto_imports, "import");
-    keep(exports_, auto_exports, "export");
-    for (const auto& m : imports_) publish(m);
-    for (const auto& m : exports_) publish(m);
-    reclaim();
+    keep(imports, auto_imports, "import");
+    keep(exports, auto_exports, "export");
+    deleted_config_ = std::move(deleted);
+    install(std::move(imports), std::move(exports));
 }
 
 void PortMapTable::reload(std::shared_ptr<const Config> next, std::vector<std::string>* dropped) {
@@ -229,19 +271,7 @@ void PortMapTable::reload(std::shared_ptr<const Config> next, std::vector<std::s
 
     held_ = std::move(next);
     cfg_ = held_.get();
-    // Publishing over a rule replaces it at once; only keys no longer mapped are taken out.
-    const auto kept = [](const auto& list, const auto& m) {
-        return std::any_of(list.begin(), list.end(), [&](const auto& o) { return o.proto == m.proto && o.port == m.port; });
-    };
-    for (const auto& m : imports_)
-        if (!kept(imports, m)) unpublish({"import", m.proto, m.port});
-    for (const auto& m : exports_)
-        if (!kept(exports, m)) unpublish({"export", m.proto, m.port});
-    imports_ = std::move(imports);
-    exports_ = std::move(exports);
-    for (const auto& m : imports_) publish(m);
-    for (const auto& m : exports_) publish(m);
-    reclaim();
+    install(std::move(imports), std::move(exports));
 }
 
 template <typename M>
@@ -385,6 +415,20 @@ std::size_t PortMapTable::export_count() const {
     return exports_.size();
 }
 
+template <typename F>
+nlohmann::ordered_json PortMapTable::retrying(F&& op) {
+    // A group's members write the one document with compare-and-swap: the loser reads the winner's
+    // change and tries again, so a map add on one member never undoes another member's.
+    for (int attempt = 0;; ++attempt) {
+        try {
+            return op();
+        } catch (const MapConflict&) {
+            if (attempt == 3) throw;
+            refresh(nullptr);
+        }
+    }
+}
+
 nlohmann::ordered_json PortMapTable::handle(const nlohmann::ordered_json& req) {
     if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) throw MapError("cmd", "missing");
     const std::string cmd = req["cmd"].get<std::string>();
@@ -397,15 +441,18 @@ nlohmann::ordered_json PortMapTable::handle(const nlohmann::ordered_json& req) {
     if (cmd == "map_nft") return {{"ruleset", nft_rules(opt_string("cluster"))}};
     if (cmd == "map_add") {
         const auto kind = opt_string("kind");
-        if (kind == "import") return add(import_from_json(req));
-        if (kind == "export") return add(export_from_json(req));
+        if (kind == "import") return retrying([&, m = import_from_json(req)] { return add(m); });
+        if (kind == "export") return retrying([&, m = export_from_json(req)] { return add(m); });
         throw MapError("kind", "must be import or export");
     }
     if (cmd == "map_del") {
-        if (const auto cluster = opt_string("cluster")) return remove_cluster(*cluster, opt_string("kind"));
+        if (const auto cluster = opt_string("cluster"))
+            return retrying([&, c = *cluster, k = opt_string("kind")] { return remove_cluster(c, k); });
         const auto kind = opt_string("kind");
         if (!kind) throw MapError("kind", "missing (or give cluster)");
-        return remove(*kind, proto_from_json(req, "proto"), port_from_json(req, "port"));
+        return retrying([&, k = *kind, proto = proto_from_json(req, "proto"), port = port_from_json(req, "port")] {
+            return remove(k, proto, port);
+        });
     }
     throw MapError("cmd", "'" + cmd + "' is not a mapping command");
 }

@@ -19,17 +19,43 @@ struct rte_rcu_qsbr;
 
 namespace fedgate {
 
+// Where the run-time changes are kept (added mappings; config mappings deleted at run time), as
+// one JSON document: the state file of a gateway alone, or the group's store ([cluster]).
+class MapState {
+public:
+    virtual ~MapState() = default;
+    // The document as last written; nullopt when there is none yet. Throws MapError when it cannot
+    // be read.
+    virtual std::optional<std::string> read() = 0;
+    // Replaces it, durably, before the change is published. Throws MapError when it cannot
+    // (nothing changed), MapConflict when another writer replaced it since this one last read.
+    virtual void write(const std::string& text) = 0;
+    virtual std::string where() const = 0;  // for messages: the file, or the store
+};
+
+// Another member of the group changed the mappings first: read them again and retry.
+class MapConflict : public MapError {
+public:
+    explicit MapConflict(const std::string& what) : MapError("state", what) {}
+};
+
+// The state file: written whole to a temporary file, fsync'd, renamed over the old one.
+std::unique_ptr<MapState> file_map_state(std::string path);
+
 class PortMapTable {
 public:
-    // `state_file` holds the run-time changes (added mappings; config mappings deleted at run time).
-    // `rcu` may be null when no lcore reads the view (tests).
+    // `state_file` holds the run-time changes; `rcu` may be null when no lcore reads the view (tests).
     PortMapTable(const Config& cfg, PortMapView& view, rte_rcu_qsbr* rcu, std::string state_file);
+    PortMapTable(const Config& cfg, PortMapView& view, rte_rcu_qsbr* rcu, std::unique_ptr<MapState> state);
     ~PortMapTable();
 
     // Config mappings, less those deleted at run time, plus those added at run time, all published.
     // A state file that no longer fits the config (a peer gone, a port now taken) loses the entries
     // that do not fit, each named in `warnings`; an unreadable one is an error (throws).
     void load(std::vector<std::string>* warnings);
+    // Reads the state again (another member of the group changed it) and publishes what differs:
+    // a mapping that stays never blinks. Throws MapError when the state cannot be read.
+    void refresh(std::vector<std::string>* warnings);
 
     // `fedgatectl reload`: `next` becomes the config every later check reads. Its mappings replace
     // the config mappings (less those deleted at run time, which stay deleted); run-time and
@@ -87,6 +113,12 @@ private:
     void publish(const ExportMapping& m);
     void unpublish(const Key& k);
     void reclaim();  // waits for a grace period, then frees what was replaced
+    // Publishes the new lists (over rules that stay, in place) and takes out keys no longer mapped.
+    void install(std::vector<ImportMapping> imports, std::vector<ExportMapping> exports);
+    void read_state(std::vector<std::string>* warnings);  // under mu_: the config's lists, then the state's changes
+    // map_add / map_del once, then again after re-reading the state if another member got there first.
+    template <typename F>
+    nlohmann::ordered_json retrying(F&& op);
     nlohmann::ordered_json remove_if(const std::function<bool(const Key&, const std::string& cluster)>& match);
 
     // The config as started, or as the last reload left it (held_ keeps that one alive); read and
@@ -95,7 +127,7 @@ private:
     std::shared_ptr<const Config> held_;
     PortMapView& view_;
     rte_rcu_qsbr* rcu_;
-    std::string state_file_;
+    std::unique_ptr<MapState> state_;
     mutable std::mutex mu_;
     std::vector<ImportMapping> imports_;
     std::vector<ExportMapping> exports_;

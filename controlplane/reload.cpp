@@ -122,6 +122,9 @@ ConfigDiff diff_config(const Config& a, const Config& b) {
     r.field("connect", "rdma_max_connections", ca.rdma_max_connections, cb.rdma_max_connections);
     r.field("connect", "rdma_idle_s", ca.rdma_idle_s, cb.rdma_idle_s);
     r.field("metrics", "listen", a.metrics.listen, b.metrics.listen);
+    r.field("cluster", "etcd", a.cluster.etcd, b.cluster.etcd);
+    r.field("cluster", "member", a.cluster.member, b.cluster.member);
+    r.field("cluster", "lease_ttl_s", a.cluster.lease_ttl_s, b.cluster.lease_ttl_s);
 
     diff_peers(a, b, d);
     diff_mappings(a.imports, b.imports, "import", d);

@@ -12,6 +12,8 @@ PKGS=(
   libpcap-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   # sd_notify: readiness and the watchdog under systemd (Type=notify)
   libsystemd-dev
+  # [cluster]: etcd's v3 JSON gateway over HTTP (libcurl); a gateway group's store in the tests
+  libcurl4-openssl-dev etcd-server etcd-client
   # the Python module and the federated-learning example
   pybind11-dev python3-dev python3-pytest python3-numpy python3-grpcio
   # test topology and traffic

@@ -100,6 +100,7 @@ void log_level_operands(po::options_description&, po::options_description&, po::
 int run_log_level(const Invocation&);
 int run_log_list(const Invocation&);
 int run_reload(const Invocation&);
+int run_cluster_status(const Invocation&);
 void capture_options(po::options_description&, po::options_description&, po::positional_options_description&);
 int run_capture(const Invocation&);
 int run_completion(const Invocation&);
@@ -163,6 +164,10 @@ constexpr std::array kCommands{
     Command{"reload", "", "",
             "re-read the config file and apply changed peers, mappings and log levels, or refuse it whole",
             "fedgatectl reload\nfedgatectl reload --json", nullptr, run_reload},
+    Command{"cluster status", "", "",
+            "show this gateway's group ([cluster]): its members, which one is active, the lease, the "
+            "store's health and the last failover",
+            "fedgatectl cluster status\nfedgatectl cluster status --json", nullptr, run_cluster_status},
     Command{"completion bash", "", "",
             "print a bash completion script for fedgatectl's commands and options (installed in "
             "share/bash-completion/completions)",
@@ -197,6 +202,10 @@ constexpr std::array kGroups{
           "The daemon's rte_log types (fedgate.gateway, fedgate.resolve, lib.eal, ...) and their levels:\n"
           "emerg, alert, crit, err, warning, notice, info, debug. A change lasts until fedgated stops;\n"
           "the config's [log] table sets them at start."},
+    Group{"cluster",
+          "A party's group of gateways on an etcd store ([cluster] in the config): one member is active\n"
+          "(it holds the leader key under its lease), the others stand by. Mappings added on any member\n"
+          "are kept in the store and apply on every member. A gateway without [cluster] is alone."},
 };
 
 // ---- text helpers ----------------------------------------------------------------------------
@@ -1394,6 +1403,55 @@ int run_reload(const Invocation& inv) {
     if (dropped.is_array())
         for (const auto& d : dropped) inv.out << text(d) << "\n";
     if (none) inv.out << "no changes\n";
+    return 0;
+}
+
+// ---- cluster ---------------------------------------------------------------------------------
+
+std::string ago_text(const Json& unix_ms) {
+    if (!unix_ms.is_number()) return "-";
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+    const double s = (static_cast<double>(now) - unix_ms.get<double>()) / 1000.0;
+    return uptime_text(Json(s < 0 ? 0.0 : s)) + " ago";
+}
+
+int run_cluster_status(const Invocation& inv) {
+    Json r = call(inv, {{"cmd", "cluster_status"}});
+    if (inv.json) {
+        print_json(inv.out, r);
+        return 0;
+    }
+    inv.out << "party " << field(r, "party") << " member " << field(r, "member") << " (" << field(r, "role")
+            << "), active " << field(r, "active") << "\n";
+    const Json& lease = member(r, "lease");
+    if (lease.is_object())
+        inv.out << "lease " << field(lease, "id") << " ttl " << field(lease, "ttl_s") << " s, renewed "
+                << field(lease, "renewed_ms_ago") << " ms ago\n";
+    else
+        inv.out << "lease none\n";
+    const Json& store = member(r, "store");
+    inv.out << "store " << (member(store, "healthy").is_boolean() && member(store, "healthy").get<bool>() ? "healthy" : "UNHEALTHY");
+    if (const Json& e = member(store, "last_error"); e.is_string() && !e.get<std::string>().empty())
+        inv.out << ", last error: " << e.get<std::string>();
+    inv.out << "\n";
+    Table ep(true);
+    ep.row({"endpoint", "state"});
+    if (const Json& eps = member(store, "endpoints"); eps.is_array())
+        for (const auto& e : eps) ep.row({field(e, "url"), field(e, "state")});
+    ep.print(inv.out);
+    Table t(true);
+    t.row({"member", "active", "pid", "version"});
+    if (const Json& ms = member(r, "members"); ms.is_array())
+        for (const auto& m : ms)
+            t.row({field(m, "member"), field(m, "active"), field(member(m, "info"), "pid"), field(member(m, "info"), "version")});
+    t.print(inv.out);
+    const Json& f = member(r, "last_failover");
+    if (f.is_object())
+        inv.out << "last failover " << field(f, "from") << " -> " << field(f, "to") << ", " << ago_text(member(f, "at_unix_ms"))
+                << "\n";
+    else
+        inv.out << "last failover none\n";
     return 0;
 }
 

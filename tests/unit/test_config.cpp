@@ -309,7 +309,7 @@ TEST(ConfigErrors, RelativeStateDir) {
 
 TEST(ConfigErrors, UnknownKeyAtTopLevel) {
     const std::string text = replaced(kGood, "# fedgate test configuration\n", "# fedgate test configuration\ncolour = \"blue\"\n");
-    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, nat, resolve, connect, log, metrics, port, peer, import, export)", 2));
+    EXPECT_TRUE(rejects(text, "colour", "unknown key (known here: gateway, eal, dataplane, nat, resolve, connect, log, metrics, cluster, port, peer, import, export)", 2));
 }
 
 TEST(ConfigErrors, UnknownKeyInGateway) {

@@ -1,0 +1,219 @@
+// A gateway's role in its party's group: election loop, shared mappings, status.
+#include "controlplane/cluster.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "controlplane/log.hpp"
+
+namespace fedgate {
+namespace {
+
+uint64_t mono_ms() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+uint64_t unix_ms() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+std::optional<std::string> StoreMapState::read() {
+    try {
+        const auto e = store_.get(key_);
+        revision_.store(e ? e->mod_revision : 0, std::memory_order_release);
+        if (!e) return std::nullopt;
+        return e->value;
+    } catch (const StoreUnavailable& e) {
+        throw MapError("store", std::string(e.what()) + "; nothing was changed");
+    } catch (const StoreRefused& e) {
+        throw MapError("store", std::string("cluster store refused the read: ") + e.what());
+    }
+}
+
+void StoreMapState::write(const std::string& text) {
+    const int64_t expect = revision_.load(std::memory_order_acquire);
+    if (expect < 0) throw MapConflict("the cluster's mappings have not been read from the store yet");
+    int64_t rev = 0;
+    try {
+        rev = store_.put_if(key_, text, 0, expect, nullptr);
+    } catch (const StoreUnavailable& e) {
+        throw MapError("store", std::string(e.what()) + "; nothing was changed");
+    } catch (const StoreRefused& e) {
+        throw MapError("store", std::string("cluster store refused the change: ") + e.what());
+    }
+    if (rev == 0) throw MapConflict("another member of the group changed the mappings first");
+    revision_.store(rev, std::memory_order_release);
+}
+
+ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store)
+    : cfg_(cfg), keys_(cfg.party), loop_store_(std::move(loop_store)), state_store_(std::move(state_store)) {
+    map_state_owned_ = std::make_unique<StoreMapState>(*state_store_, keys_.mappings());
+    map_state_ = map_state_owned_.get();
+    started_unix_ms_ = unix_ms();
+    ElectionSettings s;
+    s.member = cfg.cluster.member;
+    s.lease_ttl_s = cfg.cluster.lease_ttl_s;
+    s.info = nlohmann::ordered_json{{"member", cfg.cluster.member},
+                                    {"pid", static_cast<int64_t>(::getpid())},
+                                    {"version", FEDGATE_VERSION},
+                                    {"started_unix_ms", started_unix_ms_}}
+                 .dump();
+    election_ = std::make_unique<Election>(*loop_store_, keys_, s);
+}
+
+ClusterService::ClusterService(const Config& cfg)
+    : ClusterService(cfg, std::make_unique<EtcdStore>(cfg.cluster.etcd), std::make_unique<EtcdStore>(cfg.cluster.etcd)) {}
+
+ClusterService::~ClusterService() { stop(); }
+
+std::unique_ptr<MapState> ClusterService::take_map_state() { return std::move(map_state_owned_); }
+
+void ClusterService::start(PortMapTable* table, std::function<void(bool)> on_role, uint64_t period_ms) {
+    table_ = table;
+    on_role_ = std::move(on_role);
+    {
+        std::lock_guard lk(wait_mu_);
+        stop_ = false;
+    }
+    thread_ = std::thread([this, period_ms] { loop(period_ms); });
+}
+
+void ClusterService::stop() {
+    {
+        std::lock_guard lk(wait_mu_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) {
+        thread_.join();
+        const bool was = election_->active();
+        election_->resign();
+        active_.store(false, std::memory_order_release);
+        if (was) {
+            FG_LOG(NOTICE, gateway, "cluster: member %s resigned as active", cfg_.cluster.member.c_str());
+            if (on_role_) on_role_(false);
+        }
+    }
+}
+
+void ClusterService::watch_mappings() {
+    if (table_ == nullptr || map_state_ == nullptr) return;
+    try {
+        const auto e = loop_store_->get(keys_.mappings());
+        const int64_t now = e ? e->mod_revision : 0;
+        if (now == map_state_->revision()) return;
+        std::vector<std::string> warnings;
+        table_->refresh(&warnings);
+        for (const auto& w : warnings) FG_LOG(WARNING, gateway, "cluster: %s", w.c_str());
+        std::lock_guard lk(mu_);
+        ++counters_.mapping_refreshes;
+        mapping_error_.clear();
+    } catch (const std::exception& ex) {  // the next round tries again
+        std::lock_guard lk(mu_);
+        mapping_error_ = ex.what();
+    }
+}
+
+void ClusterService::check_health() {
+    auto h = loop_store_->health();
+    std::size_t up = 0;
+    for (const auto& e : h) up += e.state == "up";
+    std::lock_guard lk(mu_);
+    endpoints_ = std::move(h);
+    // Healthy: a majority of the endpoints we know says it has a leader.
+    healthy_ = up * 2 > endpoints_.size();
+}
+
+void ClusterService::loop(uint64_t period_ms) {
+    uint64_t last_health = 0;
+    bool was_active = false;
+    for (;;) {
+        const uint64_t now = mono_ms();
+        election_->step(now, unix_ms());
+        const bool is_active = election_->active();
+        active_.store(is_active, std::memory_order_release);
+        if (is_active != was_active) {
+            FG_LOG(NOTICE, gateway, "cluster: member %s is %s (leader %s)", cfg_.cluster.member.c_str(),
+                   is_active ? "active" : "standby", election_->leader().empty() ? "none" : election_->leader().c_str());
+            if (on_role_) on_role_(is_active);
+            was_active = is_active;
+        }
+        watch_mappings();
+        if (now - last_health >= 1000) {
+            check_health();
+            last_health = now;
+        }
+
+        nlohmann::ordered_json members = nlohmann::ordered_json::array();
+        for (const KvEntry& m : election_->members()) {
+            const std::string name = m.key.substr(keys_.members().size());
+            auto info = nlohmann::ordered_json::parse(m.value, nullptr, false);
+            if (info.is_discarded()) info = nullptr;
+            members.push_back({{"member", name}, {"active", name == election_->leader()}, {"info", info}});
+        }
+        nlohmann::ordered_json lease = nullptr;
+        if (election_->lease() != 0) {
+            char id[32];
+            std::snprintf(id, sizeof id, "%llx", static_cast<unsigned long long>(election_->lease()));
+            const uint64_t ok = election_->last_keepalive_ms();
+            lease = {{"id", id}, {"ttl_s", cfg_.cluster.lease_ttl_s}, {"renewed_ms_ago", ok == 0 ? 0 : mono_ms() - ok}};
+        }
+        std::lock_guard lk(mu_);
+        counters_.became_active = election_->became_active();
+        counters_.stepped_down = election_->stepped_down();
+        counters_.lease_renewals = election_->lease_renewals();
+        counters_.store_errors = election_->store_errors();
+        snapshot_ = {{"role", is_active ? "active" : "standby"},
+                     {"active", election_->leader().empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(election_->leader())},
+                     {"lease", lease},
+                     {"members", members},
+                     {"last_failover", election_->last_failover() ? failover_json(*election_->last_failover())
+                                                                  : nlohmann::ordered_json(nullptr)},
+                     {"store_ok", election_->store_ok()},
+                     {"last_error", election_->last_error()}};
+
+        std::unique_lock wl(wait_mu_);
+        if (wake_.wait_for(wl, std::chrono::milliseconds(period_ms), [&] { return stop_; })) return;
+    }
+}
+
+bool ClusterService::store_healthy() const {
+    std::lock_guard lk(mu_);
+    return healthy_;
+}
+
+ClusterCounters ClusterService::counters() const {
+    std::lock_guard lk(mu_);
+    return counters_;
+}
+
+nlohmann::ordered_json ClusterService::status() const {
+    std::lock_guard lk(mu_);
+    nlohmann::ordered_json endpoints = nlohmann::ordered_json::array();
+    for (const auto& e : endpoints_) endpoints.push_back({{"url", e.url}, {"state", e.state}});
+    const auto get = [&](const char* k) { return snapshot_.contains(k) ? snapshot_[k] : nlohmann::ordered_json(nullptr); };
+    nlohmann::ordered_json store{{"healthy", healthy_ && snapshot_.value("store_ok", false)},
+                                 {"endpoints", endpoints},
+                                 {"last_error", snapshot_.value("last_error", std::string())},
+                                 {"mapping_error", mapping_error_}};
+    return {{"party", cfg_.party},
+            {"member", cfg_.cluster.member},
+            {"role", snapshot_.value("role", std::string("standby"))},
+            {"active", get("active")},
+            {"lease", get("lease")},
+            {"members", snapshot_.contains("members") ? snapshot_["members"] : nlohmann::ordered_json::array()},
+            {"store", store},
+            {"last_failover", get("last_failover")},
+            {"counters",
+             {{"became_active", counters_.became_active},
+              {"stepped_down", counters_.stepped_down},
+              {"lease_renewals", counters_.lease_renewals},
+              {"store_errors", counters_.store_errors},
+              {"mapping_refreshes", counters_.mapping_refreshes}}}};
+}
+
+}  // namespace fedgate

@@ -1,0 +1,99 @@
+// A gateway's role in its party's group ([cluster]): the election on the store, the mappings kept
+// in the store and watched for other members' changes, and `fedgatectl cluster status`. The
+// gateway builds one when [cluster] names a store and hands it the port-map table; without one
+// nothing here runs and the gateway is alone, as always.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controlplane/config.hpp"
+#include "controlplane/election.hpp"
+#include "controlplane/kv_store.hpp"
+#include "controlplane/portmap_table.hpp"
+
+namespace fedgate {
+
+// The run-time mappings as one key in the store, replaced with compare-and-swap on its revision.
+class StoreMapState final : public MapState {
+public:
+    StoreMapState(KvStore& store, std::string key) : store_(store), key_(std::move(key)) {}
+    std::optional<std::string> read() override;
+    void write(const std::string& text) override;
+    std::string where() const override { return "cluster store key " + key_; }
+    // The key's mod revision as last read or written here; -1 until the store has been read.
+    int64_t revision() const { return revision_.load(std::memory_order_acquire); }
+
+private:
+    KvStore& store_;
+    std::string key_;
+    std::atomic<int64_t> revision_{-1};
+};
+
+struct ClusterCounters {
+    uint64_t became_active = 0, stepped_down = 0, lease_renewals = 0, store_errors = 0, mapping_refreshes = 0;
+};
+
+class ClusterService {
+public:
+    // Stores for each thread that talks to it: the loop's, and the one map changes write through.
+    ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store);
+    // On the endpoints of cfg.cluster.etcd.
+    explicit ClusterService(const Config& cfg);
+    ~ClusterService();
+    ClusterService(const ClusterService&) = delete;
+    ClusterService& operator=(const ClusterService&) = delete;
+
+    // The port-map table's state: give it to the table before start().
+    std::unique_ptr<MapState> take_map_state();
+
+    // Starts the loop: the election every `period_ms`, the mappings watched as often, the store's
+    // endpoints checked every second. `on_role(active)` runs on the loop's thread at each change.
+    void start(PortMapTable* table, std::function<void(bool active)> on_role, uint64_t period_ms = 200);
+    // Stops the loop and resigns: a clean stop hands the group over at once.
+    void stop();
+
+    bool active() const { return active_.load(std::memory_order_acquire); }
+    bool store_healthy() const;
+    nlohmann::ordered_json status() const;  // the management request cluster_status
+    ClusterCounters counters() const;
+
+private:
+    void loop(uint64_t period_ms);
+    void watch_mappings();
+    void check_health();
+
+    const Config& cfg_;
+    ClusterKeys keys_;
+    std::unique_ptr<KvStore> loop_store_, state_store_;
+    std::unique_ptr<StoreMapState> map_state_owned_;
+    StoreMapState* map_state_ = nullptr;
+    std::unique_ptr<Election> election_;  // on the loop's thread only
+    PortMapTable* table_ = nullptr;
+    std::function<void(bool)> on_role_;
+    std::thread thread_;
+    std::mutex wait_mu_;
+    std::condition_variable wake_;
+    bool stop_ = false;  // under wait_mu_
+    std::atomic<bool> active_{false};
+
+    // What status() shows: copied from the loop's thread after each round.
+    mutable std::mutex mu_;
+    nlohmann::ordered_json snapshot_;
+    std::vector<EndpointHealth> endpoints_;
+    bool healthy_ = false;
+    std::string mapping_error_;
+    ClusterCounters counters_;
+    uint64_t started_unix_ms_ = 0;
+};
+
+}  // namespace fedgate

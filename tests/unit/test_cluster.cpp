@@ -1,0 +1,413 @@
+// A party's group of gateways: the in-memory store's semantics (leases, revisions, transactions),
+// the election on it driven by a test clock (one active, takeover after the active's lease ends,
+// a clean resign hands over at once, no demotion while the store has no quorum), the mappings kept
+// as one store key with compare-and-swap (a change on one member applies on the other; a lost race
+// retries; a store without quorum refuses the change naming the store), and [cluster] in the config.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+
+#include <memory>
+#include <string>
+
+#include "controlplane/cluster.hpp"
+#include "controlplane/config.hpp"
+#include "controlplane/election.hpp"
+#include "controlplane/kv_store.hpp"
+#include "controlplane/portmap_table.hpp"
+#include "dataplane/portmap.hpp"
+
+namespace {
+
+using fedgate::ClusterKeys;
+using fedgate::Election;
+using fedgate::ElectionSettings;
+using fedgate::KvEntry;
+using fedgate::MemStore;
+using fedgate::StoreUnavailable;
+using json = nlohmann::ordered_json;
+
+struct Clock {
+    uint64_t ms = 1'000'000;
+    std::function<uint64_t()> fn() {
+        return [this] { return ms; };
+    }
+};
+
+TEST(Base64, RoundTripsEveryLengthAndRefusesGarbage) {
+    std::string raw;
+    for (int i = 0; i < 40; ++i) {
+        const std::string enc = fedgate::base64_encode(raw);
+        EXPECT_EQ(enc.size() % 4, 0u);
+        EXPECT_EQ(fedgate::base64_decode(enc), raw) << i;
+        raw.push_back(static_cast<char>(i * 37 + 1));
+    }
+    EXPECT_EQ(fedgate::base64_encode("/fedgate/alpha/leader"), "L2ZlZGdhdGUvYWxwaGEvbGVhZGVy");
+    EXPECT_FALSE(fedgate::base64_decode("abc").has_value());
+    EXPECT_FALSE(fedgate::base64_decode("a*c=").has_value());
+}
+
+TEST(PrefixEnd, IsTheFirstKeyAfterThePrefix) {
+    EXPECT_EQ(fedgate::prefix_end("/fedgate/alpha/members/"), "/fedgate/alpha/members0");
+    EXPECT_EQ(fedgate::prefix_end(std::string("a\xff", 2)), "b");
+}
+
+TEST(MemStore, LeasesExpireWithTheirKeysAndRevisionsCount) {
+    Clock c;
+    MemStore s(c.fn());
+    const int64_t lease = s.grant(2);
+    s.put("k1", "v1", lease);
+    s.put("k2", "v2");
+    const int64_t rev = s.revision();
+    EXPECT_EQ(s.get("k1")->value, "v1");
+    EXPECT_EQ(s.get("k1")->lease, lease);
+    c.ms += 1500;
+    EXPECT_EQ(s.keepalive(lease), 2);  // renewed: 2 s from now
+    c.ms += 1500;
+    EXPECT_TRUE(s.get("k1").has_value());
+    c.ms += 600;
+    EXPECT_FALSE(s.get("k1").has_value()) << "the lease ran out 2 s after its last keepalive";
+    EXPECT_TRUE(s.get("k2").has_value());
+    EXPECT_GT(s.revision(), rev);
+    EXPECT_EQ(s.keepalive(lease), 0);
+    EXPECT_THROW(s.put("k3", "v", lease), fedgate::StoreRefused);
+}
+
+TEST(MemStore, PutIfComparesTheModRevision) {
+    Clock c;
+    MemStore s(c.fn());
+    std::optional<KvEntry> cur;
+    const int64_t r1 = s.put_if("k", "a", 0, 0, &cur);
+    ASSERT_GT(r1, 0);
+    EXPECT_EQ(s.put_if("k", "b", 0, 0, &cur), 0) << "exists: a create must fail";
+    ASSERT_TRUE(cur.has_value());
+    EXPECT_EQ(cur->value, "a");
+    const int64_t r2 = s.put_if("k", "b", 0, r1, &cur);
+    EXPECT_GT(r2, r1);
+    EXPECT_EQ(s.put_if("k", "c", 0, r1, &cur), 0) << "stale revision";
+    EXPECT_FALSE(s.erase_if("k", "a"));
+    EXPECT_TRUE(s.erase_if("k", "b"));
+    EXPECT_FALSE(s.get("k").has_value());
+    s.set_available(false);
+    try {
+        s.get("k");
+        ADD_FAILURE() << "did not throw";
+    } catch (const StoreUnavailable& e) {
+        EXPECT_TRUE(e.reachable());
+    }
+}
+
+// Two members on one store, stepped by hand.
+struct Group : ::testing::Test {
+    Clock clock;
+    MemStore store{clock.fn()};
+    ClusterKeys keys{"alpha"};
+    std::unique_ptr<Election> a, b;
+    void SetUp() override {
+        a = std::make_unique<Election>(store, keys, ElectionSettings{"gw-a", 2, R"({"member":"gw-a"})"});
+        b = std::make_unique<Election>(store, keys, ElectionSettings{"gw-b", 2, R"({"member":"gw-b"})"});
+    }
+    // Both step every 200 ms for `ms` (b only when `b_alive`, a only when `a_alive`).
+    void run(uint64_t ms, bool a_alive = true, bool b_alive = true) {
+        for (uint64_t t = 0; t < ms; t += 200) {
+            clock.ms += 200;
+            if (a_alive) a->step(clock.ms, 1'700'000'000'000 + clock.ms);
+            if (b_alive) b->step(clock.ms, 1'700'000'000'000 + clock.ms);
+        }
+    }
+};
+
+TEST_F(Group, TheFirstMemberIsActiveAndTheOtherStandsByWithBothListed) {
+    run(200);
+    EXPECT_TRUE(a->active());
+    EXPECT_FALSE(b->active());
+    EXPECT_EQ(a->leader(), "gw-a");
+    EXPECT_EQ(b->leader(), "gw-a");
+    run(10'000);  // leases kept alive: nothing changes
+    EXPECT_TRUE(a->active());
+    EXPECT_FALSE(b->active());
+    EXPECT_EQ(a->became_active(), 1u);
+    EXPECT_GE(a->lease_renewals(), 10'000u / 800 - 1) << "a keepalive every third of the TTL, on the first round after it";
+    ASSERT_EQ(b->members().size(), 2u);
+    EXPECT_EQ(b->members()[0].key, keys.member("gw-a"));
+    EXPECT_EQ(b->members()[1].value, R"({"member":"gw-b"})");
+    EXPECT_FALSE(b->last_failover().has_value());
+}
+
+TEST_F(Group, WhenTheActiveStopsTheStandbyTakesOverAfterTheLeaseAndRecordsTheFailover) {
+    run(1000);
+    ASSERT_TRUE(a->active());
+    // a is killed: it never steps again. b must not take over before a's lease can have ended...
+    uint64_t waited = 0;
+    while (!b->active() && waited < 10'000) {
+        run(200, false, true);
+        waited += 200;
+    }
+    ASSERT_TRUE(b->active());
+    EXPECT_GE(waited, 1400u) << "took over while the old lease was still alive";
+    EXPECT_LE(waited, 2200u) << "the lease is 2 s: takeover is due within a round after it";
+    ASSERT_TRUE(b->last_failover().has_value());
+    EXPECT_EQ(b->last_failover()->from, "gw-a");
+    EXPECT_EQ(b->last_failover()->to, "gw-b");
+    EXPECT_EQ(b->members().size(), 1u) << "a's member key went with its lease";
+    // a comes back (a restart under the same name would too): it finds b active and stands by.
+    run(600);
+    EXPECT_FALSE(a->active());
+    EXPECT_EQ(a->leader(), "gw-b");
+    EXPECT_EQ(a->stepped_down(), 1u) << "a noticed its lease had expired";
+    ASSERT_TRUE(a->last_failover().has_value()) << "every member shows the group's last failover";
+    EXPECT_EQ(a->last_failover()->to, "gw-b");
+}
+
+TEST_F(Group, AResignHandsOverWithinOneRound) {
+    run(400);
+    ASSERT_TRUE(a->active());
+    a->resign();
+    EXPECT_FALSE(a->active());
+    run(200, false, true);
+    EXPECT_TRUE(b->active());
+}
+
+TEST_F(Group, WithoutQuorumTheActiveStaysActiveAndNobodyTakesOver) {
+    run(400);
+    ASSERT_TRUE(a->active());
+    store.set_available(false);
+    run(10'000);
+    EXPECT_TRUE(a->active()) << "the store answers without quorum: the active keeps the role";
+    EXPECT_FALSE(b->active());
+    EXPECT_FALSE(a->store_ok());
+    EXPECT_NE(a->last_error().find("unavailable"), std::string::npos) << a->last_error();
+    EXPECT_GT(a->store_errors(), 0u);
+    // Quorum returns: the store extends every lease when it elects a leader, and the same member goes on.
+    store.set_available(true);
+    run(1000);
+    EXPECT_TRUE(a->active());
+    EXPECT_FALSE(b->active());
+    EXPECT_TRUE(a->store_ok());
+}
+
+// A store no endpoint of which answers, for longer than the lease: this member may be the one cut
+// off, so it stops being active.
+class Unreachable final : public fedgate::KvStore {
+public:
+    explicit Unreachable(fedgate::KvStore& real) : real_(real) {}
+    bool down = false;
+    void check() const {
+        if (down) throw StoreUnavailable("cluster store unavailable (connection refused)", false);
+    }
+    int64_t grant(int64_t t) override { return check(), real_.grant(t); }
+    int64_t keepalive(int64_t l) override { return check(), real_.keepalive(l); }
+    void revoke(int64_t l) override { check(), real_.revoke(l); }
+    std::optional<KvEntry> get(const std::string& k) override { return check(), real_.get(k); }
+    std::vector<KvEntry> range(const std::string& p, int64_t* r) override { return check(), real_.range(p, r); }
+    using KvStore::put;
+    void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t l) override { check(), real_.put(kvs, l); }
+    void erase(const std::vector<std::string>& k) override { check(), real_.erase(k); }
+    int64_t put_if(const std::string& k, const std::string& v, int64_t l, int64_t e, std::optional<KvEntry>* c) override {
+        return check(), real_.put_if(k, v, l, e, c);
+    }
+    bool erase_if(const std::string& k, const std::string& v) override { return check(), real_.erase_if(k, v); }
+    std::vector<fedgate::EndpointHealth> health() override { return real_.health(); }
+    std::string describe() const override { return "cut"; }
+
+private:
+    fedgate::KvStore& real_;
+};
+
+TEST_F(Group, CutOffFromEveryEndpointLongerThanTheLeaseTheActiveStepsDown) {
+    Unreachable cut(store);
+    a = std::make_unique<Election>(cut, keys, ElectionSettings{"gw-a", 2, "{}"});
+    run(400);
+    ASSERT_TRUE(a->active());
+    cut.down = true;
+    run(800);
+    EXPECT_TRUE(a->active()) << "early in the lease it keeps the role";
+    run(2000);
+    EXPECT_FALSE(a->active());
+    EXPECT_TRUE(b->active()) << "b, which still reaches the store, took over";
+}
+
+TEST_F(Group, ARestartedMemberEndsItsPreviousLifesLeaseAndTakesOverAtOnce) {
+    run(400);
+    ASSERT_TRUE(a->active());
+    b.reset();
+    // gw-a restarts: a new Election under the same name while the old lease is alive.
+    a = std::make_unique<Election>(store, keys, ElectionSettings{"gw-a", 2, "{}"});
+    clock.ms += 200;
+    a->step(clock.ms, clock.ms);
+    EXPECT_FALSE(a->active()) << "the key is its previous life's";
+    clock.ms += 200;
+    a->step(clock.ms, clock.ms);
+    EXPECT_TRUE(a->active()) << "that lease was revoked, so the key was free on the next round";
+}
+
+// ---- mappings in the store -------------------------------------------------------------------
+
+const std::string kConfig = R"([gateway]
+party = "alpha"
+party_id = 1
+
+[eal]
+args = []
+
+[cluster]
+etcd = ["http://198.18.250.11:2379", "http://198.18.250.12:2379"]
+member = "gw-a"
+lease_ttl_s = 3
+
+[[port]]
+name = "inside"
+role = "internal"
+device = "net_tap0"
+address = "198.18.1.1/24"
+
+[[port]]
+name = "outside"
+role = "external"
+device = "net_tap1"
+address = "198.19.0.1/24"
+
+[[peer]]
+party = "beta"
+party_id = 2
+address = "198.19.0.2"
+key = "00112233445566778899aabbccddeeff"
+
+[[import]]
+cluster = "c1"
+proto = "tcp"
+port = 8080
+peer = "beta"
+peer_port = 9000
+)";
+
+struct Member {
+    fedgate::PortMapView view;
+    std::unique_ptr<fedgate::StoreMapState> state_ptr;
+    fedgate::StoreMapState* state;
+    std::unique_ptr<fedgate::PortMapTable> table;
+    Member(const fedgate::Config& cfg, fedgate::KvStore& store) {
+        auto st = std::make_unique<fedgate::StoreMapState>(store, ClusterKeys("alpha").mappings());
+        state = st.get();
+        table = std::make_unique<fedgate::PortMapTable>(cfg, view, nullptr, std::move(st));
+        table->load(nullptr);
+    }
+    bool imports(uint16_t port) { return view.import_rule(fedgate::L4Proto::tcp, htons(port)) != nullptr; }
+    json add(uint16_t port, uint16_t peer_port) {
+        return table->handle({{"cmd", "map_add"}, {"kind", "import"}, {"cluster", "c2"}, {"proto", "tcp"},
+                              {"port", port}, {"peer", "beta"}, {"peer_port", peer_port}});
+    }
+};
+
+TEST(ClusterMappings, AChangeOnOneMemberAppliesOnTheOtherAfterItsRefresh) {
+    Clock c;
+    MemStore store(c.fn());
+    const fedgate::Config cfg = fedgate::parse_config(kConfig, "test.toml");
+    Member a(cfg, store), b(cfg, store);
+    EXPECT_TRUE(a.imports(8080));
+    EXPECT_TRUE(b.imports(8080));
+    a.add(8081, 9001);
+    EXPECT_TRUE(a.imports(8081));
+    EXPECT_FALSE(b.imports(8081)) << "b has not looked yet";
+    EXPECT_NE(store.get(ClusterKeys("alpha").mappings())->mod_revision, b.state->revision());
+    b.table->refresh(nullptr);
+    EXPECT_TRUE(b.imports(8081));
+    EXPECT_EQ(store.get(ClusterKeys("alpha").mappings())->mod_revision, b.state->revision());
+    // b deletes the config's mapping: a learns that too, and a's own change is kept.
+    b.table->handle({{"cmd", "map_del"}, {"kind", "import"}, {"proto", "tcp"}, {"port", 8080u}});
+    a.table->refresh(nullptr);
+    EXPECT_FALSE(a.imports(8080));
+    EXPECT_TRUE(a.imports(8081));
+}
+
+TEST(ClusterMappings, ALostRaceRereadsAndRetriesSoNeitherChangeIsLost) {
+    Clock c;
+    MemStore store(c.fn());
+    const fedgate::Config cfg = fedgate::parse_config(kConfig, "test.toml");
+    Member a(cfg, store), b(cfg, store);
+    a.add(8081, 9001);
+    b.add(8082, 9002);  // b's revision is stale: its write fails the compare, it re-reads, retries
+    EXPECT_TRUE(b.imports(8081));
+    EXPECT_TRUE(b.imports(8082));
+    a.table->refresh(nullptr);
+    EXPECT_TRUE(a.imports(8082));
+    const json list = a.table->list(std::nullopt);
+    EXPECT_EQ(list.dump().find("8082") != std::string::npos, true);
+    // The same port from both: the second is refused as mapped, after the re-read.
+    try {
+        a.add(8083, 9003);
+        b.add(8083, 9004);
+        ADD_FAILURE() << "b mapped a port a had mapped";
+    } catch (const fedgate::MapError& e) {
+        EXPECT_EQ(e.field(), "port") << e.what();
+    }
+}
+
+TEST(ClusterMappings, WithoutQuorumAChangeIsRefusedNamingTheStoreAndNothingChanges) {
+    Clock c;
+    MemStore store(c.fn());
+    const fedgate::Config cfg = fedgate::parse_config(kConfig, "test.toml");
+    Member a(cfg, store);
+    store.set_available(false);
+    try {
+        a.add(8081, 9001);
+        ADD_FAILURE() << "accepted without a store";
+    } catch (const fedgate::MapError& e) {
+        EXPECT_EQ(e.field(), "store");
+        EXPECT_NE(std::string(e.what()).find("cluster store unavailable"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(a.imports(8081));
+    EXPECT_TRUE(a.imports(8080)) << "what it had keeps forwarding";
+    store.set_available(true);
+    a.add(8081, 9001);
+    EXPECT_TRUE(a.imports(8081));
+}
+
+// ---- config ----------------------------------------------------------------------------------
+
+std::string with_cluster(const std::string& section) {
+    std::string text = kConfig;
+    const auto at = text.find("[cluster]");
+    const auto end = text.find("[[port]]");
+    return text.substr(0, at) + section + "\n" + text.substr(end);
+}
+
+std::string config_error(const std::string& text) {
+    try {
+        fedgate::parse_config(text, "test.toml");
+    } catch (const fedgate::ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(ClusterConfig, ReadsEndpointsMemberAndLease) {
+    const fedgate::Config cfg = fedgate::parse_config(kConfig, "test.toml");
+    ASSERT_TRUE(cfg.cluster.enabled());
+    EXPECT_EQ(cfg.cluster.etcd.size(), 2u);
+    EXPECT_EQ(cfg.cluster.member, "gw-a");
+    EXPECT_EQ(cfg.cluster.lease_ttl_s, 3u);
+    const fedgate::Config alone = fedgate::parse_config(with_cluster(""), "test.toml");
+    EXPECT_FALSE(alone.cluster.enabled()) << "no [cluster]: alone, as before";
+    const fedgate::Config dflt =
+        fedgate::parse_config(with_cluster("[cluster]\netcd = [\"http://198.18.250.11:2379\"]\nmember = \"m\""), "t");
+    EXPECT_EQ(dflt.cluster.lease_ttl_s, fedgate::kDefaultLeaseTtlS);
+}
+
+TEST(ClusterConfig, BadValuesAreNamed) {
+    EXPECT_NE(config_error(with_cluster("[cluster]\netcd = []\nmember = \"m\"")).find("cluster.etcd"), std::string::npos);
+    const std::string bad_url = config_error(with_cluster("[cluster]\netcd = [\"198.18.250.11:2379\"]\nmember = \"m\""));
+    EXPECT_NE(bad_url.find("'198.18.250.11:2379' must start with http://"), std::string::npos) << bad_url;
+    const std::string path = config_error(with_cluster("[cluster]\netcd = [\"http://h:2379/v3\"]\nmember = \"m\""));
+    EXPECT_NE(path.find("has no valid port"), std::string::npos) << path;
+    const std::string no_member = config_error(with_cluster("[cluster]\netcd = [\"http://h:2379\"]"));
+    EXPECT_NE(no_member.find("cluster.member"), std::string::npos) << no_member;
+    const std::string bad_member = config_error(with_cluster("[cluster]\netcd = [\"http://h:2379\"]\nmember = \"a b\""));
+    EXPECT_NE(bad_member.find("'a b' must be"), std::string::npos) << bad_member;
+    const std::string ttl = config_error(with_cluster("[cluster]\netcd = [\"http://h:2379\"]\nmember = \"m\"\nlease_ttl_s = 1"));
+    EXPECT_NE(ttl.find("cluster.lease_ttl_s"), std::string::npos) << ttl;
+    const std::string unknown = config_error(with_cluster("[cluster]\netcd = [\"http://h:2379\"]\nmember = \"m\"\nleader = 1"));
+    EXPECT_NE(unknown.find("leader"), std::string::npos) << unknown;
+}
+
+}  // namespace
