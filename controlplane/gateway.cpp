@@ -127,9 +127,10 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
         if (metrics_) metrics_->start();
         if (cluster_)
             cluster_->start(table_.get(), [this](bool active) {
-                // The group's addresses follow the active member (gratuitous ARP on takeover) in the
-                // next step; until then the role is what the status and metrics show.
-                (void)active;
+                // The group's addresses follow the active member: the workers stop or start
+                // sending, and announce the addresses with gratuitous ARP when they start.
+                standby_.store(!active, std::memory_order_release);
+                for (std::size_t w = 0; w < bell_count_; ++w) bells_[w].ring();
             });
         service_thread_ = std::thread([this] { service_loop(); });
     });
@@ -423,7 +424,7 @@ void Gateway::start() {
         for (uint16_t b = 0; b < workers; ++b) bells.push_back(&bells_[b]);
         dps_.push_back(std::make_unique<Dataplane>(
             wc, dp_ports_, pool_, DpRings{punt_, w == 0 ? inject_ : nullptr, requests_[w], events_, &wake_, &bells_[w]},
-            DpShared{maps_.get(), rcu_, w, cache_.get(), roce_ ? &roce_->view() : nullptr},
+            DpShared{maps_.get(), rcu_, w, cache_.get(), roce_ ? &roce_->view() : nullptr, cluster_ ? &standby_ : nullptr},
             DpWorker{w, workers, handoff_, std::move(bells)}));
     }
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_, &bells_[0]);

@@ -119,6 +119,7 @@ private:
     std::unique_ptr<PortMapView> maps_;
     std::unique_ptr<PortMapTable> table_;
     std::unique_ptr<ClusterService> cluster_;  // null unless [cluster] names a store
+    std::atomic<bool> standby_{true};          // the workers' DpShared::standby while cluster_ is set
     std::vector<PortHandle> ports_;
     std::vector<DpPortConfig> dp_ports_;
     std::vector<std::unique_ptr<Dataplane>> dps_;  // the workers; dps_[0] takes injected packets

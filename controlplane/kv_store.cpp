@@ -150,9 +150,9 @@ EtcdStore::Reply EtcdStore::post_one(const std::string& url, const std::string& 
         // A deadline passed after the connection was made: the endpoint is there but not answering
         // (etcd without quorum holds requests until its own timeout). Say so with status -1.
         if (rc == CURLE_OPERATION_TIMEDOUT) {
-            long connect = 0;
-            curl_easy_getinfo(c, CURLINFO_CONNECT_TIME_T, &connect);
-            if (connect > 0) r.status = -1;
+            curl_off_t sent_at = 0;  // when the request was about to go out: 0 if it never connected
+            curl_easy_getinfo(c, CURLINFO_PRETRANSFER_TIME_T, &sent_at);
+            if (sent_at > 0) r.status = -1;
         }
     }
     curl_slist_free_all(headers);
@@ -181,7 +181,9 @@ std::string EtcdStore::call(const std::string& path, const std::string& body) {
             json e = json::parse(r.body, nullptr, false);
             const std::string msg = e.is_object() ? e.value("message", e.value("error", r.body)) : r.body;
             const int64_t code = e.is_object() ? i64(e, "code") : 0;
-            if (!unavailable_code(code)) throw StoreRefused(endpoints_[at] + path + ": " + msg);
+            // 4xx: the request itself was refused (a lease that is gone: 404, code 5). 5xx: this
+            // endpoint cannot serve now (no leader: 503 code 14; timed out: 500 code 2); another may.
+            if (r.status < 500 && !unavailable_code(code)) throw StoreRefused(endpoints_[at] + path + ": " + msg);
             why = msg;
         }
         failures += (failures.empty() ? "" : "; ") + endpoints_[at] + ": " + why;

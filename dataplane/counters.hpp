@@ -46,6 +46,7 @@ struct alignas(64) LcoreCounters {
     Counter arp_copies_sent;                   // ARP packets copied to the other workers to learn from
     Counter arp_copies_failed;                 // ... copies not made (no mbuf)
     Counter doorbell_wakeups;                  // waits ended by the doorbell (LcoreWake)
+    Counter arp_gratuitous_sent;               // announcements of our addresses after a takeover ([cluster])
 };
 
 }  // namespace fedgate

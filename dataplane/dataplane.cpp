@@ -118,6 +118,8 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
                 throw std::invalid_argument("neighbour table too small for the static neighbours");
     }
     if (shared.roce != nullptr) roce_port_be_ = rte_cpu_to_be_16(kRoceV2Port);
+    standby_src_ = shared.standby;
+    standby_ = standby_src_ != nullptr && standby_src_->load(std::memory_order_acquire);
     if (shared.cache != nullptr && cfg.resolve.port != 0) {
         resolve_cfg_ = cfg.resolve;
         resolve_port_be_ = rte_cpu_to_be_16(cfg.resolve.port);
@@ -211,6 +213,7 @@ bool Dataplane::rings_have_work() const {
 uint32_t Dataplane::poll_once() {
     counters_.polls.add();
     now_ms_ = now_ms();
+    if (standby_src_ != nullptr) follow_role();
     uint32_t handled = 0;
     rte_mbuf* pkts[kBurst];
 
@@ -297,6 +300,8 @@ void Dataplane::handle(rte_mbuf* m, uint16_t in, const ParsedPacket& p, DropReas
     if (!rte_is_unicast_ether_addr(&eth->src_addr) || rte_is_zero_ether_addr(&eth->src_addr))
         return drop(m, in, DropReason::l2_bad_source);
     if (p.vlan_count != 0) return drop(m, in, DropReason::vlan_unsupported);
+    // A standby member learns neighbours from ARP (warm for a takeover) and takes nothing else.
+    if (standby_ && p.ether_type_host != kEtherTypeArp) return drop(m, in, DropReason::cluster_standby);
 
     switch (p.ether_type_host) {
     case kEtherTypeArp: return handle_arp(m, in, p);
@@ -340,6 +345,7 @@ void Dataplane::handle_arp(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
         rte_pktmbuf_free(m);
         return;
     }
+    if (standby_) return drop(m, in, DropReason::cluster_standby);  // the active member answers
 
     auto* eth = at<rte_ether_hdr>(m, 0);
     eth->dst_addr = eth->src_addr;
@@ -609,7 +615,29 @@ void Dataplane::send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t
     }
 }
 
+void Dataplane::follow_role() {
+    const bool standby = standby_src_->load(std::memory_order_acquire);
+    if (standby != standby_) {
+        standby_ = standby;
+        // One worker speaks for the ports (they are the same for all); three rounds, in case one is lost.
+        garp_left_ = !standby && worker_.index == 0 ? 3 : 0;
+        garp_next_ms_ = now_ms_;
+    }
+    if (garp_left_ == 0 || now_ms_ < garp_next_ms_) return;
+    for (uint16_t i = 0; i < nports_; ++i) send_gratuitous_arp(i);
+    --garp_left_;
+    garp_next_ms_ = now_ms_ + (garp_left_ == 2 ? 500 : 1500);
+}
+
+void Dataplane::send_gratuitous_arp(uint16_t out) {
+    // A request for our own address from our own address (RFC 5227's announcement): every
+    // neighbour that knows the address takes the new MAC; nobody answers it.
+    send_arp_request(out, ports_[out].cfg.addr);
+    counters_.arp_gratuitous_sent.add();
+}
+
 void Dataplane::send_arp_request(uint16_t out, uint32_t target_ip) {
+    if (standby_) return;  // a standby's probe would point neighbours at it; the active member asks
     rte_mbuf* m = rte_pktmbuf_alloc(pool_);
     if (m == nullptr) return;  // the probe timer sends another
     const Port& port = ports_[out];
@@ -640,6 +668,9 @@ void Dataplane::tx_to(rte_mbuf* m, uint16_t out, const rte_ether_addr& dst) {
 
 void Dataplane::tx(rte_mbuf* m, uint16_t out) {
     Port& port = ports_[out];
+    // The active member owns the addresses: a standby's ARP reply or probe would point neighbours at it.
+    if (standby_) [[unlikely]]
+        return drop(m, out, DropReason::cluster_standby);
     if (port.tx_len == kTxQueueLen) flush();
     port.tx[port.tx_len++] = m;
 }

@@ -195,6 +195,11 @@ struct DpShared {
     unsigned rcu_thread = 0;
     const ResolveCache* cache = nullptr;  // null: the resolution service is off
     const RoceView* roce = nullptr;       // null: RoCE v2 is not carried (port 4791 is l4_unhandled)
+    // A gateway group's member ([cluster]): true while it stands by. Then the workers send nothing
+    // (the active member owns the addresses) and drop what IPv4 reaches them, still learning
+    // neighbours from ARP; when it turns false, worker 0 announces the addresses with gratuitous
+    // ARP on every port. Null: a gateway alone, always active.
+    const std::atomic<bool>* standby = nullptr;
 };
 
 // Where a Dataplane sits among the gateway's workers. Worker `index` polls RX/TX queue `index` of
@@ -328,6 +333,10 @@ private:
     // (a session's NatRewrite::neigh): the entry it names is used without a lookup while
     // NeighbourTable::recall() vouches for it, and is filled in when a lookup finds one reachable.
     void send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo = nullptr);
+    // Gratuitous ARP for our address on port `out`: neighbours point it at this gateway's MAC.
+    void send_gratuitous_arp(uint16_t out);
+    // The standby flag read once per poll; on the turn to active, gratuitous ARP now and twice more.
+    void follow_role();
     void send_arp_request(uint16_t out, uint32_t target_ip);
     void tx(rte_mbuf* m, uint16_t out);
     // Addresses the frame from port `out`'s MAC to `dst` and queues it there.
@@ -381,6 +390,10 @@ private:
     uint16_t queue_ = 0;            // this worker's RX/TX queue on every port
     uint16_t nat_lo_ = 0, nat_hi_ = 0;  // session ports (host order): their worker is port % count
     bool from_hand_off_ = false;    // the packet being handled came from another worker
+    const std::atomic<bool>* standby_src_ = nullptr;  // DpShared::standby
+    bool standby_ = false;          // as read at the start of this poll
+    uint8_t garp_left_ = 0;         // gratuitous ARP rounds still to send after a takeover
+    uint64_t garp_next_ms_ = 0;
     struct HandOffBuf {
         uint16_t len = 0;
         rte_mbuf* pkts[kBurst];

@@ -64,7 +64,8 @@ namespace fedgate {
     X(roce_opcode_unsupported, "RoCE v2 opcode that is not RC or CNP (UD, RD, UC, reserved)") \
     X(roce_no_translation, "RoCE v2 to a queue pair no established connection uses")     \
     X(roce_not_peer, "RoCE v2 on the external side from another than the connection's peer gateway") \
-    X(roce_wrong_source, "RoCE v2 on the internal side from another than the connection's node")
+    X(roce_wrong_source, "RoCE v2 on the internal side from another than the connection's node") \
+    X(cluster_standby, "standby member of a gateway group: it sends nothing and takes no IPv4")
 
 enum class DropReason : uint8_t {
 #define FEDGATE_X(name, help) name,

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Integration: a party with two gateways on a three-member etcd store ([cluster]), and failover.
+#
+#   ns P-an (node a 198.18.1.10) --+                      +-- ns P-a1 (gateway alpha, member a1) --+
+#                                  |  bridge: alpha's     |                                        |  bridge: the
+#                                  +- internal network  --+-- ns P-a2 (gateway alpha, member a2) --+- joining network -- ns P-b (gateway beta) -- ns P-bn (node b)
+#   a1 and a2 share alpha's addresses (198.18.1.1 inside, 198.19.0.1 outside); both reach the
+#   store's members (198.18.250.11-13) on a management network (198.18.250.21, .22).
+#
+# Checked: a1 (started first) is active, a2 stands by and both list both members; a mapping added
+# at run time on the standby a2 reaches a1 through the store and carries curl from node a to node
+# b's web server through a1, while a2 forwards nothing and answers no ARP; `kill -9` of a1, then
+# curl works through a2 (the time it took is printed), which reports itself active, the failover
+# from a1, and sent gratuitous ARP; one etcd member killed changes nothing (a map add works);
+# quorum lost (two killed): forwarding goes on and `map add` is refused naming the store; quorum
+# back: `map add` works; a1 restarted stands by and holds every mapping the group added.
+# Cleans up (gateways, etcd, namespaces) on any exit.
+# usage: cluster.sh BUILD_DIR
+set -euo pipefail
+[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root for network namespaces"; exit 77; }
+for tool in etcd etcdctl curl ethtool; do
+    command -v $tool >/dev/null || { echo "cluster.sh: $tool is missing (tools/deps.sh installs it)"; exit 1; }
+done
+
+BUILD=$(realpath "${1:?usage: cluster.sh BUILD_DIR}")
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/lib_etcd.sh"
+P=cl$((RANDOM % 1000))
+P6=${P:0:6}
+WORK=$(mktemp -d)
+TIMEOUT_S=${CLUSTER_TIMEOUT_S:-60}
+CTL=$BUILD/tools/fedgatectl
+declare -A GW_PID=()
+BG_PIDS=()
+NSS=("$P-sw" "$P-a1" "$P-a2" "$P-b" "$P-an" "$P-bn")
+
+cleanup() {
+    local p
+    for p in "${GW_PID[@]}" "${BG_PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    for p in "${GW_PID[@]}" "${BG_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    etcd_down
+    for p in "${NSS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
+    rm -rf "$WORK" /var/run/dpdk/"$P"-*
+}
+trap cleanup EXIT
+
+FAILURES=0
+check() { # check DESCRIPTION CMD...
+    local what=$1
+    shift
+    if "$@"; then echo "ok   - $what"; else echo "FAIL - $what"; FAILURES=$((FAILURES + 1)); fi
+}
+wait_for() { # wait_for WHAT CMD... — polls CMD every 0.1 s for up to TIMEOUT_S
+    local what=$1 deadline=$((SECONDS + TIMEOUT_S))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        if ((SECONDS >= deadline)); then echo "cluster.sh: timed out after ${TIMEOUT_S}s waiting for $what" >&2; return 1; fi
+        sleep 0.1
+    done
+}
+eq() { [[ $1 == "$2" ]] || { echo "     expected '$2', got '$1'" >&2; return 1; }; }
+ctl() { local g=$1; shift; "$CTL" --socket "$WORK/$g.sock" "$@"; }
+js() { # js GW PY-EXPR ARGS... — a Python expression over fedgatectl ARGS --json (as r)
+    local g=$1 expr=$2
+    shift 2
+    ctl "$g" "$@" --json | python3 -c "import json,sys; r=json.load(sys.stdin); print($expr)"
+}
+role() { js "$1" "r['role']" cluster status; }
+is_role() { [[ $(role "$1" 2>/dev/null) == "$2" ]]; }
+nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+# ---- the network --------------------------------------------------------------------------------
+etcd_up "$P"
+for ns in "${NSS[@]}"; do
+    ip netns add "$ns"
+    nsx "$ns" ip link set lo up
+    nsx "$ns" sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
+done
+nsx "$P-sw" ip link add "${P6}ib" type bridge forward_delay 0 stp_state 0
+nsx "$P-sw" ip link add "${P6}xb" type bridge forward_delay 0 stp_state 0
+link() { # link NS IF BRIDGE SWIF — a veth from NS (named IF) to a port SWIF of BRIDGE in P-sw
+    ip -n "$1" link add "$2" type veth peer name "$4" netns "$P-sw"
+    nsx "$P-sw" ip link set "$4" master "$3" up
+    nsx "$1" ip link set "$2" up
+    nsx "$1" ethtool -K "$2" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
+}
+link "$P-an" an0 "${P6}ib" "${P6}ian"
+link "$P-a1" in "${P6}ib" "${P6}i1"
+link "$P-a2" in "${P6}ib" "${P6}i2"
+link "$P-a1" ext "${P6}xb" "${P6}x1"
+link "$P-a2" ext "${P6}xb" "${P6}x2"
+link "$P-b" ext "${P6}xb" "${P6}xbb"
+nsx "$P-sw" ip link set "${P6}ib" up
+nsx "$P-sw" ip link set "${P6}xb" up
+ip -n "$P-b" link add in type veth peer name bn0 netns "$P-bn"
+for pair in "$P-b in" "$P-bn bn0"; do
+    read -r ns dev <<<"$pair"
+    nsx "$ns" ip link set "$dev" up
+    nsx "$ns" ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
+done
+nsx "$P-an" ip addr add 198.18.1.10/24 dev an0
+nsx "$P-an" ip route add default via 198.18.1.1
+nsx "$P-bn" ip addr add 198.18.2.10/24 dev bn0
+nsx "$P-bn" ip route add default via 198.18.2.1
+etcd_attach "$P-a1" 198.18.250.21
+etcd_attach "$P-a2" 198.18.250.22
+
+KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+# write_conf NAME PARTY ID IN_ADDR EXT_ADDR PEER PEER_ID PEER_ADDR [EXTRA]
+write_conf() {
+    cat >"$WORK/$1.toml" <<EOF
+[gateway]
+party = "$2"
+party_id = $3
+socket = "$WORK/$1.sock"
+state_dir = "$WORK/$1-state"
+
+[eal]
+args = ["-l", "0,1", "--no-huge", "--no-shconf", "-m", "256", "--no-pci", "--file-prefix", "$P-$1", "--log-level", "lib.eal:warning"]
+
+[dataplane]
+idle = "backoff"
+
+[[port]]
+name = "internal"
+role = "internal"
+device = "net_af_packet0,iface=in,framecnt=4096"
+address = "$4"
+
+[[port]]
+name = "external"
+role = "external"
+device = "net_af_packet1,iface=ext,framecnt=4096"
+address = "$5"
+
+[[peer]]
+party = "$6"
+party_id = $7
+address = "$8"
+key = "$KEY"
+${9:-}
+EOF
+}
+member_of() { printf '\n[cluster]\netcd = ["%s"]\nmember = "%s"\nlease_ttl_s = 2\n' "${ETCD_URLS[0]}\", \"${ETCD_URLS[1]}\", \"${ETCD_URLS[2]}" "$1"; }
+write_conf a1 alpha 1 198.18.1.1/24 198.19.0.1/24 beta 2 198.19.0.2 "$(member_of a1)"
+write_conf a2 alpha 1 198.18.1.1/24 198.19.0.1/24 beta 2 198.19.0.2 "$(member_of a2)"
+write_conf b beta 2 198.18.2.1/24 198.19.0.2/24 alpha 1 198.19.0.1 \
+    "$(printf '\n[[export]]\ncluster = "c1"\nproto = "tcp"\nport = 9000\nnode = "198.18.2.10:8000"\nallow_parties = ["alpha"]\n')"
+for g in a1 a2 b; do mkdir -p "$WORK/$g-state"; done
+
+start() { # start GW — fedgated in its namespace; waits until it answers
+    local ns=$P-$1
+    [[ $1 != b ]] || ns=$P-b
+    ip netns exec "$ns" "$BUILD/controlplane/fedgated" --config "$WORK/$1.toml" >>"$WORK/$1.log" 2>&1 &
+    GW_PID[$1]=$!
+    wait_for "gateway $1 to answer" ctl "$1" status || { tail -20 "$WORK/$1.log" >&2; return 1; }
+}
+
+# node b's web server, behind beta's export
+mkdir -p "$WORK/www"
+echo "served by node b $P" >"$WORK/www/index.html"
+nsx "$P-bn" python3 -m http.server 8000 --bind 198.18.2.10 --directory "$WORK/www" >/dev/null 2>&1 &
+BG_PIDS+=($!)
+fetch() { nsx "$P-an" curl -s --max-time "${1:-2}" http://198.18.1.1:8080/index.html; }
+fetch_ok() { [[ $(fetch "$@") == "served by node b $P" ]]; }
+
+# ---- one active, one standby ---------------------------------------------------------------------
+start a1
+wait_for "a1 to be active" is_role a1 active
+start a2
+wait_for "a2 to stand by with both members listed" eval '[[ $(js a2 "len(r[\"members\"])" cluster status) == 2 ]]'
+start b
+check "a1 is active" is_role a1 active
+check "a2 stands by" is_role a2 standby
+check "a2 names a1 as the active member" eq "$(js a2 "r['active']" cluster status)" a1
+check "a1 lists both members" eq "$(js a1 "' '.join(m['member'] for m in r['members'])" cluster status)" "a1 a2"
+check "the store is healthy, all three endpoints up" eq "$(js a1 "str(r['store']['healthy']) + ' ' + ' '.join(e['state'] for e in r['store']['endpoints'])" cluster status)" "True up up up"
+check "fedgatectl cluster status prints the group" eval 'ctl a2 cluster status | grep -q "^party alpha member a2 (standby), active a1"'
+
+# ---- a mapping added on the standby carries traffic through the active ----------------------------
+check "map add on the standby a2 is accepted" ctl a2 map add import --cluster c1 --proto tcp --port 8080 --peer beta --peer-port 9000
+check "a1 took the mapping up from the store" wait_for "a1 to list 8080" eval '[[ $(js a1 "[m[\"port\"] for m in r[\"imports\"]]" map list) == *8080* ]]'
+check "curl from node a reaches node b through the mapping" wait_for "curl through a1" fetch_ok
+check "a1 translated it" eval '(($(js a1 "r[\"nat\"][\"translated\"]" stats) > 0))'
+check "a2 translated nothing" eq "$(js a2 "r['nat']['translated']" stats)" 0
+check "a2 answered no ARP" eq "$(js a2 "r['arp']['replies_sent']" stats)" 0
+check "a2 counted what it held back as cluster_standby" eval '(($(js a2 "r[\"drops_by_reason\"][\"cluster_standby\"]" stats) > 0))'
+
+# ---- kill -9 the active -----------------------------------------------------------------------------
+t0=$(date +%s.%N)
+kill -9 "${GW_PID[a1]}"
+wait "${GW_PID[a1]}" 2>/dev/null || true
+unset 'GW_PID[a1]'
+check "curl works again after kill -9 of the active" wait_for "curl through a2" fetch_ok 1
+t1=$(date +%s.%N)
+python3 -c "import sys; print('takeover: curl through the new active %.2f s after kill -9 of the active (aim: 3 s; lease 2 s)' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$t1"
+check "a2 is active" is_role a2 active
+check "a2 records the failover from a1" eq "$(js a2 "r['last_failover']['from'] + '>' + r['last_failover']['to']" cluster status)" "a1>a2"
+check "a2 announced the addresses with gratuitous ARP" eval '(($(js a2 "r[\"arp\"][\"gratuitous_sent\"]" stats) >= 2))'
+check "a2 translated the new connection" eval '(($(js a2 "r[\"nat\"][\"translated\"]" stats) > 0))'
+
+# ---- one etcd member lost: nothing changes ------------------------------------------------------------
+etcd_kill 1
+check "with one store member down, map add works" ctl a2 map add import --cluster c1 --proto tcp --port 8081 --peer beta --peer-port 9000
+check "the store stays healthy with one endpoint down" wait_for "a2 to see endpoint 1 down" \
+    eval '[[ $(js a2 "str(r[\"store\"][\"healthy\"]) + \" \" + r[\"store\"][\"endpoints\"][0][\"state\"]" cluster status) == "True down" ]]'
+check "a2 is still active" is_role a2 active
+
+# ---- quorum lost: forwarding goes on, changes are refused ---------------------------------------------
+etcd_kill 2
+check "without quorum, curl still works through the active" fetch_ok 3
+out=$(ctl a2 map add import --cluster c1 --proto tcp --port 8082 --peer beta --peer-port 9000 2>&1) && rc=0 || rc=$?
+check "without quorum, map add is refused" eval "((rc != 0))"
+check "the refusal names the store" eval '[[ $out == *"cluster store unavailable"* ]]' || echo "     got: $out" >&2
+check "the active member stays active without quorum" is_role a2 active
+check "status says the store is unhealthy" wait_for "a2 to see no quorum" eval '[[ $(js a2 "r[\"store\"][\"healthy\"]" cluster status) == False ]]'
+check "without quorum, a refused mapping was not published" eval '[[ $(js a2 "[m[\"port\"] for m in r[\"imports\"]]" map list) != *8082* ]]'
+
+# ---- quorum back ---------------------------------------------------------------------------------------
+etcd_start 1
+etcd_start 2
+etcd_wait_healthy
+check "with quorum back, map add works" wait_for "map add after quorum" ctl a2 map add import --cluster c1 --proto tcp --port 8082 --peer beta --peer-port 9000
+check "a2 kept the role across the outage" is_role a2 active
+
+# ---- the old active comes back as a standby with the group's mappings ------------------------------------
+start a1
+check "a1 restarted stands by" wait_for "a1 to stand by" is_role a1 standby
+check "a1 holds every mapping the group added" wait_for "a1's mappings" \
+    eval '[[ $(js a1 "sorted(m[\"port\"] for m in r[\"imports\"])" map list) == "[8080, 8081, 8082]" ]]'
+check "curl still goes through a2" fetch_ok 3
+
+echo "cluster.sh: $FAILURES failure(s)"
+((FAILURES == 0))
