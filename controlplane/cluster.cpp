@@ -10,6 +10,8 @@
 namespace fedgate {
 namespace {
 
+constexpr long kChangeBudgetMs = 5000;
+
 uint64_t mono_ms() {
     return static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -28,7 +30,7 @@ std::optional<std::string> StoreMapState::read() {
         if (!e) return std::nullopt;
         return e->value;
     } catch (const StoreUnavailable& e) {
-        throw MapError("store", std::string(e.what()) + "; nothing was changed");
+        throw MapError("store", std::string(e.what()) + "; the mappings were not changed here");
     } catch (const StoreRefused& e) {
         throw MapError("store", std::string("cluster store refused the read: ") + e.what());
     }
@@ -38,14 +40,26 @@ void StoreMapState::write(const std::string& text) {
     const int64_t expect = revision_.load(std::memory_order_acquire);
     if (expect < 0) throw MapConflict("the cluster's mappings have not been read from the store yet");
     int64_t rev = 0;
+    std::optional<KvEntry> now;
     try {
-        rev = store_.put_if(key_, text, 0, expect, nullptr);
+        rev = store_.put_if(key_, text, 0, expect, &now);
     } catch (const StoreUnavailable& e) {
-        throw MapError("store", std::string(e.what()) + "; nothing was changed");
+        // A request that reached a store without quorum may still be applied if it regains quorum
+        // soon; the watcher then shows it. Until then nothing changed here.
+        revision_.store(-1, std::memory_order_release);  // re-read before the next change
+        throw MapError("store", std::string(e.what()) + "; the mappings were not changed here");
     } catch (const StoreRefused& e) {
         throw MapError("store", std::string("cluster store refused the change: ") + e.what());
     }
-    if (rev == 0) throw MapConflict("another member of the group changed the mappings first");
+    if (rev == 0) {
+        // The client retries a request whose answer it did not get: the compare then fails against
+        // our own earlier write. The key holding exactly our document means that write went in.
+        if (now && now->value == text) {
+            revision_.store(now->mod_revision, std::memory_order_release);
+            return;
+        }
+        throw MapConflict("another member of the group changed the mappings first");
+    }
     revision_.store(rev, std::memory_order_release);
 }
 
@@ -66,7 +80,10 @@ ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_
 }
 
 ClusterService::ClusterService(const Config& cfg)
-    : ClusterService(cfg, std::make_unique<EtcdStore>(cfg.cluster.etcd), std::make_unique<EtcdStore>(cfg.cluster.etcd)) {}
+    // The loop's calls fail fast (the next round is 200 ms away); a change an operator makes
+    // waits out a store electing its leader (a few seconds) before it is refused.
+    : ClusterService(cfg, std::make_unique<EtcdStore>(cfg.cluster.etcd),
+                     std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kChangeBudgetMs)) {}
 
 ClusterService::~ClusterService() { stop(); }
 

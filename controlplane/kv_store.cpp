@@ -6,7 +6,9 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 namespace fedgate {
 
@@ -103,8 +105,8 @@ bool unavailable_code(int64_t code) {
 
 }  // namespace
 
-EtcdStore::EtcdStore(std::vector<std::string> endpoints, long timeout_ms)
-    : endpoints_(std::move(endpoints)), timeout_ms_(timeout_ms) {
+EtcdStore::EtcdStore(std::vector<std::string> endpoints, long timeout_ms, long budget_ms)
+    : endpoints_(std::move(endpoints)), timeout_ms_(timeout_ms), budget_ms_(budget_ms) {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
     if (endpoints_.empty()) throw std::invalid_argument("etcd: no endpoints");
@@ -163,6 +165,14 @@ std::string EtcdStore::call(const std::string& path, const std::string& body) {
     std::lock_guard lk(mu_);
     std::string failures;
     bool reachable = false;
+    // Rounds over the endpoints until one answers or the budget is spent: while the store elects a
+    // new leader (a second or two after losing one) every endpoint fails, then all serve again.
+    const auto start = std::chrono::steady_clock::now();
+    const auto spent = [&] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    };
+    for (int round = 0;; ++round) {
+    failures.clear();
     for (std::size_t i = 0; i < endpoints_.size(); ++i) {
         const std::size_t at = (current_ + i) % endpoints_.size();
         const Reply r = post_one(endpoints_[at], path, body, timeout_ms_);
@@ -187,6 +197,9 @@ std::string EtcdStore::call(const std::string& path, const std::string& body) {
             why = msg;
         }
         failures += (failures.empty() ? "" : "; ") + endpoints_[at] + ": " + why;
+    }
+    if (spent() + 100 >= budget_ms_) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     throw StoreUnavailable("cluster store unavailable (" + failures + ")", reachable);
 }

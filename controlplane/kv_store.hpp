@@ -83,7 +83,9 @@ public:
 class EtcdStore final : public KvStore {
 public:
     // `endpoints`: "http://IP:PORT" URLs. `timeout_ms`: each request's deadline on one endpoint.
-    explicit EtcdStore(std::vector<std::string> endpoints, long timeout_ms = 1000);
+    // `budget_ms`: how long one call keeps going round the endpoints (0: one round), so that a
+    // change rides out the store electing a new leader.
+    explicit EtcdStore(std::vector<std::string> endpoints, long timeout_ms = 1000, long budget_ms = 0);
     ~EtcdStore() override;
     EtcdStore(const EtcdStore&) = delete;
     EtcdStore& operator=(const EtcdStore&) = delete;
@@ -114,7 +116,7 @@ private:
     std::string call(const std::string& path, const std::string& body);
 
     std::vector<std::string> endpoints_;
-    long timeout_ms_;
+    long timeout_ms_, budget_ms_;
     std::mutex mu_;
     void* curl_ = nullptr;  // CURL*, reused so connections stay open
     std::size_t current_ = 0;

@@ -363,6 +363,51 @@ TEST(ClusterMappings, WithoutQuorumAChangeIsRefusedNamingTheStoreAndNothingChang
     EXPECT_TRUE(a.imports(8081));
 }
 
+// The client sends a change again when the answer to the first try was lost (a timeout, another
+// endpoint): the compare then fails against its own write. That is the change made, not a conflict.
+class LostAnswer final : public fedgate::KvStore {
+public:
+    explicit LostAnswer(fedgate::KvStore& real) : real_(real) {}
+    bool lose_next = false;
+    int64_t grant(int64_t t) override { return real_.grant(t); }
+    int64_t keepalive(int64_t l) override { return real_.keepalive(l); }
+    void revoke(int64_t l) override { real_.revoke(l); }
+    std::optional<KvEntry> get(const std::string& k) override { return real_.get(k); }
+    std::vector<KvEntry> range(const std::string& p, int64_t* r) override { return real_.range(p, r); }
+    using KvStore::put;
+    void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t l) override { real_.put(kvs, l); }
+    void erase(const std::vector<std::string>& k) override { real_.erase(k); }
+    int64_t put_if(const std::string& k, const std::string& v, int64_t l, int64_t e, std::optional<KvEntry>* c) override {
+        const int64_t first = real_.put_if(k, v, l, e, c);
+        if (!lose_next) return first;
+        lose_next = false;
+        return real_.put_if(k, v, l, e, c);  // the retry the client made after losing the answer
+    }
+    bool erase_if(const std::string& k, const std::string& v) override { return real_.erase_if(k, v); }
+    std::vector<fedgate::EndpointHealth> health() override { return real_.health(); }
+    std::string describe() const override { return "lossy"; }
+
+private:
+    fedgate::KvStore& real_;
+};
+
+TEST(ClusterMappings, AChangeSentAgainAfterALostAnswerIsTakenAsMadeNotAsAConflict) {
+    Clock c;
+    MemStore store(c.fn());
+    LostAnswer lossy(store);
+    const fedgate::Config cfg = fedgate::parse_config(kConfig, "test.toml");
+    Member a(cfg, lossy), b(cfg, store);
+    lossy.lose_next = true;
+    const json r = a.add(8081, 9001);
+    EXPECT_EQ(r["port"], 8081) << r.dump();
+    EXPECT_TRUE(a.imports(8081));
+    EXPECT_EQ(a.state->revision(), store.get(ClusterKeys("alpha").mappings())->mod_revision);
+    a.add(8082, 9002);  // the next change goes on from there, no conflict
+    b.table->refresh(nullptr);
+    EXPECT_TRUE(b.imports(8081));
+    EXPECT_TRUE(b.imports(8082));
+}
+
 // ---- config ----------------------------------------------------------------------------------
 
 std::string with_cluster(const std::string& section) {
