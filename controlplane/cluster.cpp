@@ -42,6 +42,11 @@ void StoreMapState::write(const std::string& text) {
     int64_t rev = 0;
     std::optional<KvEntry> now;
     try {
+        // A linearizable read first: a store without quorum fails it, and the change is refused
+        // without having been sent (a write that reached such a store could still be applied
+        // once its quorum returns, after it was reported refused).
+        const auto cur = store_.get(key_);
+        if ((cur ? cur->mod_revision : 0) != expect) throw MapConflict("another member of the group changed the mappings first");
         rev = store_.put_if(key_, text, 0, expect, &now);
     } catch (const StoreUnavailable& e) {
         // A request that reached a store without quorum may still be applied if it regains quorum

@@ -56,9 +56,10 @@ public:
     // The port-map table's state: give it to the table before start().
     std::unique_ptr<MapState> take_map_state();
 
-    // Starts the loop: the election every `period_ms`, the mappings watched as often, the store's
+    // Starts the loop: the election every `period_ms` (a standby's campaign is one request), the
+    // mappings watched as often, the store's
     // endpoints checked every second. `on_role(active)` runs on the loop's thread at each change.
-    void start(PortMapTable* table, std::function<void(bool active)> on_role, uint64_t period_ms = 200);
+    void start(PortMapTable* table, std::function<void(bool active)> on_role, uint64_t period_ms = 100);
     // Stops the loop and resigns: a clean stop hands the group over at once.
     void stop();
 

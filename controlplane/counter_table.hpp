@@ -48,6 +48,9 @@ struct GatewayReadings {
     uint64_t imports = 0, exports = 0;
     uint64_t unmatched_echo_replies = 0;
     uint64_t max_sessions = 0;
+    // [cluster]: a gateway alone is active and no member.
+    uint64_t cluster_member = 0, cluster_active = 1, store_healthy = 0;
+    uint64_t became_active = 0, stepped_down = 0, lease_renewals = 0, store_errors = 0, mapping_refreshes = 0;
 };
 
 // `port`: the port's index (0 for other scopes); `index`: the drop reason (0 for Dim::none).

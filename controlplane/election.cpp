@@ -87,9 +87,14 @@ void Election::step(uint64_t now_ms, uint64_t unix_ms) {
             check_leader();
         else
             campaign(unix_ms);
-        members_ = store_.range(keys_.members());
-        if (const auto f = store_.get(keys_.failover())) {
-            if (auto parsed = failover_from(f->value)) failover_ = std::move(parsed);
+        // What only the status shows, every half second; the campaign goes on every round.
+        if (last_read_ms_ == 0 || now_ms - last_read_ms_ >= 500 || became_active_ != reads_at_) {
+            members_ = store_.range(keys_.members());
+            if (const auto f = store_.get(keys_.failover())) {
+                if (auto parsed = failover_from(f->value)) failover_ = std::move(parsed);
+            }
+            last_read_ms_ = now_ms;
+            reads_at_ = became_active_;
         }
         store_ok_ = true;
         unreachable_ = false;

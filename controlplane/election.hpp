@@ -78,6 +78,8 @@ private:
     bool registered_ = false;  // the member key is under the current lease
     uint64_t last_sent_ms_ = 0, last_ok_ms_ = 0;
     bool unreachable_ = false;  // the last round reached no endpoint at all
+    uint64_t last_read_ms_ = 0;  // members and failover last read (they change rarely)
+    uint64_t reads_at_ = 0;      // became_active_ then: a takeover reads them at once
     bool active_ = false;
     bool store_ok_ = false;
     std::string leader_;

@@ -704,6 +704,17 @@ nlohmann::ordered_json Gateway::stats() const {
     g.exports = table_->export_count();
     g.unmatched_echo_replies = pinger_->unmatched_replies();
     g.max_sessions = cfg_.nat.max_sessions;
+    if (cluster_) {
+        const ClusterCounters c = cluster_->counters();
+        g.cluster_member = 1;
+        g.cluster_active = cluster_->active() ? 1 : 0;
+        g.store_healthy = cluster_->store_healthy() ? 1 : 0;
+        g.became_active = c.became_active;
+        g.stepped_down = c.stepped_down;
+        g.lease_renewals = c.lease_renewals;
+        g.store_errors = c.store_errors;
+        g.mapping_refreshes = c.mapping_refreshes;
+    }
     nlohmann::ordered_json j = {{"ports", std::move(ports)}};
     write_counters(j, Reply::stats, sum, g, {{"resolution", resolution_->stats()}});
     return j;

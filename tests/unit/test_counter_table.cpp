@@ -199,7 +199,7 @@ TEST_F(CounterTableTest, RepliesKeepTheirSectionOrder) {
     std::vector<std::string> keys;
     for (const auto& [k, v] : st.items()) keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"ports", "drops_by_reason", "arp", "icmp", "neighbour", "loop", "nat", "maps",
-                                              "control", "resolution"}));
+                                              "cluster", "control", "resolution"}));
     keys.clear();
     for (const auto& [k, v] : st["resolution"].items()) keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"directory", "cache", "exchange", "handshakes", "auto_mappings", "roce",
