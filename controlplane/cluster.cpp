@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <map>
+#include <utility>
 
 #include "controlplane/log.hpp"
 
@@ -11,6 +14,9 @@ namespace fedgate {
 namespace {
 
 constexpr long kChangeBudgetMs = 5000;
+// A registration waits for the store at most this long before its process hears store_unavailable
+// (the client's own retries go on from there); meanwhile the punt thread waits too.
+constexpr long kRegistrationBudgetMs = 2000;
 
 uint64_t mono_ms() {
     return static_cast<uint64_t>(
@@ -21,7 +27,73 @@ uint64_t unix_ms() {
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
+std::string hex(const uint8_t* p, std::size_t n) {
+    static const char* d = "0123456789abcdef";
+    std::string s;
+    for (std::size_t i = 0; i < n; ++i) {
+        s.push_back(d[p[i] >> 4]);
+        s.push_back(d[p[i] & 15]);
+    }
+    return s;
+}
+
 }  // namespace
+
+std::string StoreDirectory::encode(const StoredProcess& p) {
+    DmaAddressWire w{};
+    fedgate::encode(p.record, w);
+    return nlohmann::ordered_json{{"record", hex(reinterpret_cast<const uint8_t*>(&w), sizeof w)},
+                                  {"source", p.source},
+                                  {"control_port", p.control_port}}
+        .dump();
+}
+
+std::optional<StoredProcess> StoreDirectory::decode(const std::string& value) {
+    const auto j = nlohmann::json::parse(value, nullptr, false);
+    if (!j.is_object()) return std::nullopt;
+    try {
+        const std::string h = j.at("record").get<std::string>();
+        DmaAddressWire w{};
+        if (h.size() != 2 * sizeof w) return std::nullopt;
+        auto* out = reinterpret_cast<uint8_t*>(&w);
+        for (std::size_t i = 0; i < sizeof w; ++i) out[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+        const auto rec = fedgate::decode(w);
+        if (!rec) return std::nullopt;
+        return StoredProcess{*rec, j.at("source").get<uint32_t>(), j.at("control_port").get<uint16_t>()};
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+void StoreDirectory::write(std::span<const Op> ops) {
+    // A process's last op wins; each transaction puts or deletes, up to kOpsPerTxn keys.
+    std::map<uint64_t, const Op*> last;
+    for (const Op& op : ops) last[op.process.record.pid.value] = &op;
+    std::vector<std::pair<std::string, std::string>> puts;
+    std::vector<std::string> dels;
+    const auto key = [&](uint64_t pid) {
+        char b[24];
+        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(pid));
+        return keys_.processes() + b;
+    };
+    for (const auto& [pid, op] : last) {
+        if (op->remove)
+            dels.push_back(key(pid));
+        else
+            puts.emplace_back(key(pid), encode(op->process));
+        if (puts.size() == kOpsPerTxn) store_.put(std::exchange(puts, {}));
+        if (dels.size() == kOpsPerTxn) store_.erase(std::exchange(dels, {}));
+    }
+    store_.put(puts);
+    store_.erase(dels);
+}
+
+std::vector<StoredProcess> StoreDirectory::load() {
+    std::vector<StoredProcess> out;
+    for (const KvEntry& e : store_.range(keys_.processes()))
+        if (auto p = decode(e.value)) out.push_back(*p);
+    return out;
+}
 
 std::optional<std::string> StoreMapState::read() {
     try {
@@ -68,8 +140,11 @@ void StoreMapState::write(const std::string& text) {
     revision_.store(rev, std::memory_order_release);
 }
 
-ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store)
-    : cfg_(cfg), keys_(cfg.party), loop_store_(std::move(loop_store)), state_store_(std::move(state_store)) {
+ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store,
+                               std::unique_ptr<KvStore> dir_store)
+    : cfg_(cfg), keys_(cfg.party), loop_store_(std::move(loop_store)), state_store_(std::move(state_store)),
+      dir_store_(std::move(dir_store)) {
+    directory_ = std::make_unique<StoreDirectory>(*dir_store_, keys_);
     map_state_owned_ = std::make_unique<StoreMapState>(*state_store_, keys_.mappings());
     map_state_ = map_state_owned_.get();
     started_unix_ms_ = unix_ms();
@@ -88,7 +163,8 @@ ClusterService::ClusterService(const Config& cfg)
     // The loop's calls fail fast (the next round is 200 ms away); a change an operator makes
     // waits out a store electing its leader (a few seconds) before it is refused.
     : ClusterService(cfg, std::make_unique<EtcdStore>(cfg.cluster.etcd),
-                     std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kChangeBudgetMs)) {}
+                     std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kChangeBudgetMs),
+                     std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kRegistrationBudgetMs)) {}
 
 ClusterService::~ClusterService() { stop(); }
 

@@ -20,6 +20,7 @@
 #include "controlplane/election.hpp"
 #include "controlplane/kv_store.hpp"
 #include "controlplane/portmap_table.hpp"
+#include "controlplane/resolution.hpp"
 
 namespace fedgate {
 
@@ -39,6 +40,22 @@ private:
     std::atomic<int64_t> revision_{-1};
 };
 
+// The directory as the group's store keeps it: a key per process under <prefix>processes/, written
+// in transactions of up to kOpsPerTxn operations.
+class StoreDirectory final : public DirectoryStore {
+public:
+    static constexpr std::size_t kOpsPerTxn = 64;
+    StoreDirectory(KvStore& store, const ClusterKeys& keys) : store_(store), keys_(keys) {}
+    void write(std::span<const Op> ops) override;
+    std::vector<StoredProcess> load() override;
+    static std::string encode(const StoredProcess& p);
+    static std::optional<StoredProcess> decode(const std::string& value);
+
+private:
+    KvStore& store_;
+    ClusterKeys keys_;
+};
+
 struct ClusterCounters {
     uint64_t became_active = 0, stepped_down = 0, lease_renewals = 0, store_errors = 0, mapping_refreshes = 0;
 };
@@ -46,7 +63,8 @@ struct ClusterCounters {
 class ClusterService {
 public:
     // Stores for each thread that talks to it: the loop's, and the one map changes write through.
-    ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store);
+    ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store,
+                   std::unique_ptr<KvStore> dir_store);
     // On the endpoints of cfg.cluster.etcd.
     explicit ClusterService(const Config& cfg);
     ~ClusterService();
@@ -55,6 +73,8 @@ public:
 
     // The port-map table's state: give it to the table before start().
     std::unique_ptr<MapState> take_map_state();
+    // The directory's store, for the resolution service (lives as long as this).
+    DirectoryStore* directory_store() { return directory_.get(); }
 
     // Starts the loop: the election every `period_ms` (a standby's campaign is one request), the
     // mappings watched as often, the store's
@@ -75,7 +95,8 @@ private:
 
     const Config& cfg_;
     ClusterKeys keys_;
-    std::unique_ptr<KvStore> loop_store_, state_store_;
+    std::unique_ptr<KvStore> loop_store_, state_store_, dir_store_;
+    std::unique_ptr<StoreDirectory> directory_;
     std::unique_ptr<StoreMapState> map_state_owned_;
     StoreMapState* map_state_ = nullptr;
     std::unique_ptr<Election> election_;  // on the loop's thread only

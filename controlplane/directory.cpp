@@ -14,6 +14,7 @@ RegStatus Directory::refuse(RegStatus s) {
     case RegStatus::stale_epoch: ++counters_.refused_stale_epoch; break;
     case RegStatus::bad_record: ++counters_.refused_bad_record; break;
     case RegStatus::full: ++counters_.refused_full; break;
+    case RegStatus::store_unavailable:
     case RegStatus::ok: break;
     }
     return s;
@@ -127,6 +128,23 @@ std::size_t Directory::size() const {
 DirectoryCounters Directory::counters() const {
     std::lock_guard lock(mu_);
     return counters_;
+}
+
+bool Directory::restore(const DmaAddress& r, uint32_t source, uint64_t now_ms) {
+    std::lock_guard lock(mu_);
+    if (r.pid.party() != party_id_ || procs_.contains(r.pid.value) || procs_.size() >= capacity_) return false;
+    procs_.emplace(r.pid.value, LocalProcess{r, source, now_ms, now_ms + timeout_ms_});
+    deadlines_.emplace(now_ms + timeout_ms_, r.pid.value);
+    ++counters_.restored;
+    return true;
+}
+
+bool Directory::forget(ProcessId pid, uint32_t epoch) {
+    std::lock_guard lock(mu_);
+    const auto it = procs_.find(pid.value);
+    if (it == procs_.end() || it->second.record.epoch != epoch) return false;
+    procs_.erase(it);
+    return true;
 }
 
 }  // namespace fedgate

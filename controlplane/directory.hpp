@@ -31,7 +31,7 @@ struct DirectoryChange {
 struct DirectoryCounters {
     uint64_t registered = 0, refreshed = 0, replaced = 0, deregistered = 0, expired = 0, heartbeats = 0,
              refused_wrong_party = 0, refused_address = 0, refused_unknown = 0, refused_stale_epoch = 0,
-             refused_bad_record = 0, refused_full = 0;
+             refused_bad_record = 0, refused_full = 0, restored = 0;
 };
 
 class Directory {
@@ -43,6 +43,12 @@ public:
     RegStatus register_process(const DmaAddress& record, uint32_t source, uint64_t now_ms, DirectoryChange* change);
     RegStatus heartbeat(ProcessId pid, uint32_t epoch, uint32_t source, uint64_t now_ms);
     RegStatus deregister(ProcessId pid, uint32_t epoch, uint32_t source, DirectoryChange* change);
+    // A record a gateway group's store held ([cluster]), taken up by a member that became active:
+    // it stays while its process keeps sending heartbeats, from now on. False if it is not ours, is
+    // held already, or the directory is full.
+    bool restore(const DmaAddress& record, uint32_t source, uint64_t now_ms);
+    // Takes back a registration the store did not take (that epoch only); no counter moves.
+    bool forget(ProcessId pid, uint32_t epoch);
     // Removes every process whose heartbeats stopped; returns their records.
     std::vector<DmaAddress> expire(uint64_t now_ms);
 

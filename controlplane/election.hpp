@@ -26,6 +26,7 @@ struct ClusterKeys {
     std::string leader() const { return prefix + "leader"; }
     std::string failover() const { return prefix + "failover"; }
     std::string mappings() const { return prefix + "mappings"; }
+    std::string processes() const { return prefix + "processes/"; }
 };
 
 struct ElectionSettings {

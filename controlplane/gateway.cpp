@@ -129,6 +129,16 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
             cluster_->start(table_.get(), [this](bool active) {
                 // The group's addresses follow the active member: the workers stop or start
                 // sending, and announce the addresses with gratuitous ARP when they start.
+                if (active) {
+                    // The directory first, so lookups and handshakes find every process the
+                    // moment traffic arrives.
+                    try {
+                        const std::size_t n = resolution_->take_over(now_ms());
+                        FG_LOG(NOTICE, gateway, "cluster: took up %zu process(es) from the store", n);
+                    } catch (const std::exception& e) {
+                        FG_LOG(ERR, gateway, "cluster: cannot read the directory from the store: %s", e.what());
+                    }
+                }
                 standby_.store(!active, std::memory_order_release);
                 for (std::size_t w = 0; w < bell_count_; ++w) bells_[w].ring();
             });
@@ -403,6 +413,7 @@ void Gateway::start() {
         [this] { rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID); });
     auto_maps_ = std::make_unique<AutoMappings>(cfg_, *table_);
     resolution_->set_auto_mappings(auto_maps_.get());
+    if (cluster_) resolution_->set_directory_store(cluster_->directory_store());
     // RDMA between parties: the RoCE v2 translations the relay installs and the lcore applies. The
     // RDMA MTU is clamped to what the smallest port MTU carries.
     if (rs.port != 0) {
@@ -554,6 +565,8 @@ void Gateway::punt_loop(const std::atomic<bool>& quit) {
             resolution_->tick(now);
             next_tick = now + kResolveTickMs;
         }
+        // A group's member: the burst's registrations go into the store in one write, then are answered.
+        resolution_->flush(now_ms());
         // Idle: sleep until the lcore hands something over or the next tick comes. A back-off on a
         // timer made every handshake message wait out a nap on each gateway it crossed.
         if (n + ne != 0) {

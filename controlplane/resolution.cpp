@@ -182,6 +182,11 @@ void ResolutionService::handle_client(uint32_t src, uint16_t src_port, const Par
         if (!rec) return reg_reply(src, src_port, m.header.seq, RegStatus::bad_record, {}, 0);
         const RegStatus s = dir_.register_process(*rec, src, now_ms, &change);
         if (s == RegStatus::ok) control_ports_[rec->pid.value] = src_port;
+        if (store_ != nullptr && s == RegStatus::ok && change.kind != DirectoryChange::Kind::none) {
+            // In the group's store before the process hears "ok" (flush()).
+            staged_.push_back({change, {*rec, src, src_port}, src, src_port, m.header.seq, true});
+            return;
+        }
         reg_reply(src, src_port, m.header.seq, s, rec->pid, rec->epoch);
         break;
     }
@@ -193,6 +198,10 @@ void ResolutionService::handle_client(uint32_t src, uint16_t src_port, const Par
         const RegStatus s = m.header.type == MsgType::heartbeat ? dir_.heartbeat(pid, epoch, src, now_ms)
                                                                 : dir_.deregister(pid, epoch, src, &change);
         if (s == RegStatus::ok && m.header.type == MsgType::heartbeat) control_ports_[pid.value] = src_port;
+        if (store_ != nullptr && s == RegStatus::ok && change.kind == DirectoryChange::Kind::removed) {
+            staged_.push_back({change, {change.record, src, src_port}, src, src_port, m.header.seq, true});
+            return;
+        }
         reg_reply(src, src_port, m.header.seq, s, pid, epoch);
         break;
     }
@@ -362,7 +371,12 @@ void ResolutionService::on_event(const ResolveEvent& ev, uint64_t now_ms) {
 void ResolutionService::tick(uint64_t now_ms) {
     std::lock_guard lock(mu_);
     now_ms_ = now_ms;
-    for (const DmaAddress& gone : dir_.expire(now_ms)) publish({DirectoryChange::Kind::removed, gone}, now_ms);
+    for (const DmaAddress& gone : dir_.expire(now_ms)) {
+        if (store_ != nullptr)
+            staged_.push_back({{DirectoryChange::Kind::removed, gone}, {gone, 0, 0}, 0, 0, 0, false});
+        else
+            publish({DirectoryChange::Kind::removed, gone}, now_ms);
+    }
     relay_.expire(now_ms);
     if (roce_ != nullptr) roce_->tick(now_ms, uint64_t{cfg_->connect.rdma_idle_s} * 1000);
     for (auto& p : peers_) {
@@ -564,7 +578,8 @@ nlohmann::ordered_json ResolutionService::stats() const {
           {"deregistered", d.deregistered}, {"expired", d.expired}, {"heartbeats", d.heartbeats},
           {"refused_wrong_party", d.refused_wrong_party}, {"refused_address", d.refused_address},
           {"refused_unknown", d.refused_unknown}, {"refused_stale_epoch", d.refused_stale_epoch},
-          {"refused_bad_record", d.refused_bad_record}, {"refused_full", d.refused_full}}},
+          {"refused_bad_record", d.refused_bad_record}, {"refused_full", d.refused_full},
+          {"store_failures", c.store_failures}, {"taken_over", c.taken_over}}},
         {"cache",
          {{"entries", cache_.size()}, {"capacity", cache_.capacity()}, {"local", cache_.size(CacheKind::local)},
           {"announced", cache_.size(CacheKind::announced)}, {"answered", cache_.size(CacheKind::answered)},
@@ -585,6 +600,57 @@ nlohmann::ordered_json ResolutionService::stats() const {
         {"auto_mappings", auto_ != nullptr ? auto_->stats() : nlohmann::ordered_json::object()},
         {"roce", roce_ != nullptr ? roce_->stats() : nlohmann::ordered_json::object()},
     };
+}
+
+void ResolutionService::flush(uint64_t now_ms) {
+    std::lock_guard lock(mu_);
+    if (store_ == nullptr || staged_.empty()) return;
+    std::vector<Staged> batch;
+    batch.swap(staged_);
+    std::vector<DirectoryStore::Op> ops;
+    ops.reserve(batch.size());
+    for (const Staged& st : batch) ops.push_back({st.change.kind == DirectoryChange::Kind::removed, st.stored});
+    bool stored = true;
+    try {
+        store_->write(ops);
+    } catch (const std::exception& e) {
+        stored = false;
+        ++counters_.store_failures;
+        FG_LOG(WARNING, resolve, "directory: the group's store did not take %zu change(s): %s", batch.size(), e.what());
+    }
+    for (Staged& st : batch) {
+        const DmaAddress& r = st.change.record;
+        if (stored) {
+            if (st.reply) reg_reply(st.dst, st.dst_port, st.request_id, RegStatus::ok, r.pid, r.epoch);
+            publish(st.change, now_ms);
+            continue;
+        }
+        if (st.change.kind != DirectoryChange::Kind::removed) {
+            // Not acknowledged, not announced: as if it had not come. The process registers again.
+            dir_.forget(r.pid, r.epoch);
+            if (st.reply) reg_reply(st.dst, st.dst_port, st.request_id, RegStatus::store_unavailable, r.pid, r.epoch);
+        } else if (st.reply) {
+            // Gone here already; the store keeps it until a member that takes it up sees no heartbeats.
+            reg_reply(st.dst, st.dst_port, st.request_id, RegStatus::store_unavailable, r.pid, r.epoch);
+            publish(st.change, now_ms);
+        } else {
+            staged_.push_back(std::move(st));  // an expiry: tried again with the next batch
+        }
+    }
+}
+
+std::size_t ResolutionService::take_over(uint64_t now_ms) {
+    std::vector<StoredProcess> all = store_ != nullptr ? store_->load() : std::vector<StoredProcess>{};
+    std::lock_guard lock(mu_);
+    std::size_t taken = 0;
+    for (const StoredProcess& p : all) {
+        if (!dir_.restore(p.record, p.source, now_ms)) continue;
+        if (p.control_port != 0) control_ports_[p.record.pid.value] = p.control_port;
+        publish({DirectoryChange::Kind::added, p.record}, now_ms);
+        ++taken;
+    }
+    counters_.taken_over += taken;
+    return taken;
 }
 
 }  // namespace fedgate

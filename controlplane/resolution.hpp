@@ -31,7 +31,29 @@ struct ResolutionCounters {
     uint64_t reg_replies_sent = 0, peer_msgs_sent = 0, records_applied = 0, records_withdrawn = 0,
              refused_foreign_records = 0, snapshots_received = 0, stream_resets_sent = 0, stream_gaps = 0,
              cache_full = 0, learned = 0, learned_negative = 0, expired_cache_entries = 0, malformed = 0,
-             malformed_handshakes = 0;
+             malformed_handshakes = 0, store_failures = 0, taken_over = 0;
+};
+
+// A registered process as a gateway group's store keeps it ([cluster]).
+struct StoredProcess {
+    DmaAddress record;
+    uint32_t source = 0;        // host order: the address it registers from
+    uint16_t control_port = 0;  // the UDP port it registers from (handshakes reach it there)
+};
+
+// Where a group's members keep the directory: a change is in it before the process hears of it,
+// and a member that becomes active takes it up. Throws (StoreUnavailable, StoreRefused) when it
+// cannot; calls come from the thread that drives the resolution service.
+class DirectoryStore {
+public:
+    virtual ~DirectoryStore() = default;
+    struct Op {
+        bool remove = false;
+        StoredProcess process;
+    };
+    // In order: a process's last op in the span is what the store keeps.
+    virtual void write(std::span<const Op> ops) = 0;
+    virtual std::vector<StoredProcess> load() = 0;
 };
 
 class ResolutionService : private RelayIo {
@@ -54,6 +76,18 @@ public:
         roce_ = t;
         rdma_mtu_limit_ = rdma_mtu_limit;
     }
+
+    // A gateway group's store ([cluster]); null (the default): the directory lives here only. Set
+    // before start().
+    void set_directory_store(DirectoryStore* s) { store_ = s; }
+    // Registrations and deregistrations since the last call go into the store in one write; then
+    // their processes get their replies (ok, or store_unavailable with the change taken back) and
+    // the changes reach the cache and the peers. The driving thread calls it after each burst.
+    void flush(uint64_t now_ms);
+    // This member became its group's active member: the store's directory becomes this gateway's
+    // (each process with a whole heartbeat timeout from now), into the cache and out to the peers.
+    // Returns how many processes it took up; throws when the store cannot be read.
+    std::size_t take_over(uint64_t now_ms);
 
     // `fedgatectl reload`: the peers become `next`'s. A new peer gets a stream with a snapshot; a
     // removed one loses its stream, and what it announced or answered leaves the cache (with the
@@ -135,6 +169,17 @@ private:
     uint16_t rdma_mtu_limit_ = 0;
     uint64_t now_ms_ = 0;  // of the message or tick being handled (roce_install stamps with it)
     std::unordered_map<uint64_t, uint16_t> control_ports_;  // local process -> UDP port it registers from
+    DirectoryStore* store_ = nullptr;
+    // Changes waiting for the store, with the replies that wait for them.
+    struct Staged {
+        DirectoryChange change;
+        StoredProcess stored;
+        uint32_t dst = 0;
+        uint16_t dst_port = 0;
+        uint64_t request_id = 0;
+        bool reply = true;  // an expiry has no one to answer
+    };
+    std::vector<Staged> staged_;
     // The driving thread holds it while it works; management threads while they read.
     mutable std::mutex mu_;
 };

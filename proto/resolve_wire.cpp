@@ -234,6 +234,7 @@ const char* reg_status_name(RegStatus s) {
     case RegStatus::stale_epoch: return "stale_epoch";
     case RegStatus::bad_record: return "bad_record";
     case RegStatus::full: return "full";
+    case RegStatus::store_unavailable: return "store_unavailable";
     }
     return "?";
 }

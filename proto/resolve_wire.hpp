@@ -188,7 +188,9 @@ enum class RegStatus : uint8_t {
     stale_epoch = 4,     // an older epoch than the one registered
     bad_record = 5,      // malformed record (unknown transport, zero ID, ...)
     full = 6,            // the directory is full
+    store_unavailable = 7,  // a gateway group's store did not take the change; try again
 };
+inline constexpr RegStatus kLastRegStatus = RegStatus::store_unavailable;
 const char* reg_status_name(RegStatus s);
 
 // Where an answer came from; tells tests and people which path served them.

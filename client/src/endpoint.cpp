@@ -356,7 +356,7 @@ void Endpoint::Impl::register_now() {
     if (!r) throw Error(ConnStage::open, who + error);
     if (r->status != static_cast<uint8_t>(RegStatus::ok))
         throw Error(ConnStage::open, who + "refused: " +
-                                 (r->status <= static_cast<uint8_t>(RegStatus::full)
+                                 (r->status <= static_cast<uint8_t>(kLastRegStatus)
                                       ? reg_status_name(static_cast<RegStatus>(r->status))
                                       : "status " + std::to_string(r->status)));
     if (const uint32_t ms = load_be32(r->heartbeat_ms); ms != 0) heartbeat_ms_ = ms;

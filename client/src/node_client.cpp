@@ -177,7 +177,7 @@ RegResult NodeClient::reg_call(MsgType type, std::span<const uint8_t> body) {
             return false;
         RegReplyBody r;
         std::memcpy(&r, b.data(), sizeof r);
-        if (r.status > static_cast<uint8_t>(RegStatus::full))
+        if (r.status > static_cast<uint8_t>(kLastRegStatus))
             return false;
         result.status = static_cast<RegStatus>(r.status);
         result.pid = ProcessId{load_be64(r.pid)};

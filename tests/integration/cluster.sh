@@ -9,9 +9,11 @@
 #
 # Checked: a1 (started first) is active, a2 stands by and both list both members; a mapping added
 # at run time on the standby a2 reaches a1 through the store and carries curl from node a to node
-# b's web server through a1, while a2 forwards nothing and answers no ARP; `kill -9` of a1, then
-# curl works through a2 (the time it took is printed), which reports itself active, the failover
-# from a1, and sent gratuitous ARP; one etcd member killed changes nothing (a map add works);
+# b's web server through a1, while a2 forwards nothing and answers no ARP; a process node a
+# registers is in the store when it hears "ok", and beta learns it; `kill -9` of a1, then curl
+# works through a2 (the time it took is printed), which reports itself active, the failover from
+# a1, and sent gratuitous ARP; a2 took the process up from the store, both nodes resolve it, and
+# its heartbeats keep it at a2; one etcd member killed changes nothing (a map add works);
 # quorum lost (two killed): forwarding goes on and `map add` is refused naming the store; quorum
 # back: `map add` works; a1 restarted stands by and holds every mapping the group added.
 # Cleans up (gateways, etcd, namespaces) on any exit.
@@ -188,7 +190,16 @@ check "a2 translated nothing" eq "$(js a2 "r['nat']['translated']" stats)" 0
 check "a2 answered no ARP" eq "$(js a2 "r['arp']['replies_sent']" stats)" 0
 check "a2 counted what it held back as cluster_standby" eval '(($(js a2 "r[\"drops_by_reason\"][\"cluster_standby\"]" stats) > 0))'
 
+# ---- a process registered at the active: in the store before it hears "ok" --------------------------
+NODE=$BUILD/tools/fedgate-node
+nsx "$P-an" "$NODE" --gateway 198.18.1.1 register --pid 1.2.42 --transport tcp --listen 198.18.1.10:7000 >"$WORK/reg.out" 2>&1 &
+BG_PIDS+=($!)
+check "node a registered process 1.2.42 at the active" wait_for "the registration" grep -q "^registered 1.2.42" "$WORK/reg.out"
+check "the store holds the registration" eval '[[ $(etcd_ctl get --prefix /fedgate/alpha/processes/ --keys-only | grep -c .) == 1 ]]'
+check "beta learned the process from a1's announce" wait_for "beta to learn 1.2.42" ctl b dir show 1.2.42
+
 # ---- kill -9 the active -----------------------------------------------------------------------------
+snapshots_before=$(js b "r['resolution']['exchange']['snapshots_received']" stats)
 t0=$(date +%s.%N)
 kill -9 "${GW_PID[a1]}"
 wait "${GW_PID[a1]}" 2>/dev/null || true
@@ -205,6 +216,16 @@ check "a2 records the failover from a1" eq "$(js a2 "r['last_failover']['from'] 
 check "a2 announced the addresses with gratuitous ARP" eval '(($(js a2 "r[\"arp\"][\"gratuitous_sent\"]" stats) >= 2))'
 check "a2's stats say it is active, having taken over once" \
     eq "$(js a2 "str(r['cluster']['active']) + ' ' + str(r['cluster']['became_active'])" stats)" "1 1"
+check "a2 took process 1.2.42 up from the store" eval '[[ $(js a2 "r[\"source\"]" dir show 1.2.42) == 198.18.1.10 ]]'
+check "node b resolves 1.2.42 through beta after the failover" nsx "$P-bn" "$NODE" --gateway 198.18.2.1 resolve 1.2.42
+check "node a resolves 1.2.42 through a2" nsx "$P-an" "$NODE" --gateway 198.18.1.1 resolve 1.2.42
+# Its heartbeats reach a2 now: past a whole heartbeat timeout (5 s) it is still registered there.
+sleep_until() { local t=$1; while (($(date +%s) < t)); do sleep 0.2; done; }
+sleep_until $(($(date +%s) + 6))
+check "heartbeats keep 1.2.42 at a2 past the heartbeat timeout" eval '(($(js a2 "r[\"heartbeat_expires_in_ms\"]" dir show 1.2.42) > 0))'
+check "beta took a snapshot of alpha's directory from a2's announce stream" \
+    eval '(($(js b "r[\"resolution\"][\"exchange\"][\"snapshots_received\"]" stats) > snapshots_before))'
+check "node b still resolves 1.2.42 once beta holds a2's snapshot" nsx "$P-bn" "$NODE" --gateway 198.18.2.1 resolve 1.2.42
 check "a2 translated the new connection" eval '(($(js a2 "r[\"nat\"][\"translated\"]" stats) > 0))'
 
 # ---- one etcd member lost: nothing changes ------------------------------------------------------------

@@ -7,6 +7,8 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -16,6 +18,9 @@
 #include "controlplane/kv_store.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "dataplane/portmap.hpp"
+#include "controlplane/resolution.hpp"
+#include "dataplane/resolve_cache.hpp"
+#include "tests/support/fake_gateway.hpp"
 
 namespace {
 
@@ -406,6 +411,117 @@ TEST(ClusterMappings, AChangeSentAgainAfterALostAnswerIsTakenAsMadeNotAsAConflic
     b.table->refresh(nullptr);
     EXPECT_TRUE(b.imports(8081));
     EXPECT_TRUE(b.imports(8082));
+}
+
+// ---- the directory in the store -------------------------------------------------------------
+
+fedgate::DmaAddress node_record(uint32_t local, uint32_t epoch = 1) {
+    fedgate::DmaAddress r;
+    r.pid = fedgate::ProcessId::make(1, 2, local);
+    r.epoch = epoch;
+    r.transport = fedgate::Transport::tcp;
+    r.ipv4 = 0xC612010A;  // 198.18.1.10
+    r.port = 7000;
+    return r;
+}
+
+TEST(StoreDirectory, KeepsEachProcessesLastOpInBatchesAndReadsThemBack) {
+    Clock c;
+    MemStore store(c.fn());
+    fedgate::StoreDirectory dir(store, ClusterKeys("alpha"));
+    std::vector<fedgate::DirectoryStore::Op> ops;
+    for (uint32_t i = 1; i <= 150; ++i) ops.push_back({false, {node_record(i), 0xC612010A, static_cast<uint16_t>(40000 + i)}});
+    ops.push_back({true, {node_record(7), 0, 0}});      // registered, then gone: gone
+    ops.push_back({true, {node_record(8), 0, 0}});
+    ops.push_back({false, {node_record(8, 2), 0xC612010A, 41000}});  // gone, then back with a new epoch: back
+    const int64_t before = store.revision();
+    dir.write(ops);
+    EXPECT_LE(store.revision() - before, 4) << "150 puts and a delete in transactions of 64, not one each";
+    const auto all = dir.load();
+    ASSERT_EQ(all.size(), 149u);
+    const auto eight = std::find_if(all.begin(), all.end(), [](const auto& p) { return p.record.pid.local() == 8; });
+    ASSERT_NE(eight, all.end());
+    EXPECT_EQ(eight->record, node_record(8, 2));
+    EXPECT_EQ(eight->control_port, 41000);
+    EXPECT_EQ(eight->source, 0xC612010Au);
+    EXPECT_TRUE(std::none_of(all.begin(), all.end(), [](const auto& p) { return p.record.pid.local() == 7; }));
+    EXPECT_FALSE(fedgate::StoreDirectory::decode("{\"record\":\"00\"}").has_value());
+    EXPECT_FALSE(fedgate::StoreDirectory::decode("not json").has_value());
+}
+
+// The resolution service of a group's member: a registration is answered only once the store took
+// it; a store that cannot take it gets the process store_unavailable and the registration undone;
+// a member that takes over holds what the store held.
+struct MemberDirectory : ::testing::Test {
+    Clock clock;
+    MemStore store{clock.fn()};
+    fedgate::StoreDirectory dir{store, ClusterKeys("alpha")};
+    fedgate::Config cfg = fedgate::parse_config(kConfig, "test.toml");
+    fedgate::ResolveCache cache{64};
+    std::vector<std::pair<uint16_t, std::vector<uint8_t>>> sent;  // (port, datagram)
+    std::unique_ptr<fedgate::ResolutionService> svc;
+    void SetUp() override {
+        svc = std::make_unique<fedgate::ResolutionService>(
+            cfg, cache, [this](uint32_t, uint16_t port, std::span<const uint8_t> d) { sent.emplace_back(port, std::vector<uint8_t>(d.begin(), d.end())); },
+            [] {});
+        svc->set_directory_store(&dir);
+    }
+    void reg(uint32_t local, uint64_t id) {
+        fedgate::RegisterBody b{};
+        fedgate::encode(node_record(local), b.record);
+        const auto m = fedgate::testing::message(fedgate::MsgType::reg, id, b);
+        svc->on_message(0xC612010A, 7001, m, clock.ms);
+    }
+    // The status of each reply sent so far, in order.
+    std::vector<fedgate::RegStatus> replies() const {
+        std::vector<fedgate::RegStatus> out;
+        for (const auto& [port, d] : sent) {
+            fedgate::ParsedMsg m;
+            if (fedgate::parse_message(d, m) != fedgate::WireError::ok || m.header.type != fedgate::MsgType::reg_reply) continue;
+            fedgate::RegReplyBody r;
+            std::memcpy(&r, m.body.data(), sizeof r);
+            out.push_back(static_cast<fedgate::RegStatus>(r.status));
+        }
+        return out;
+    }
+};
+
+TEST_F(MemberDirectory, ARegistrationIsAnsweredOnlyOnceTheStoreHasIt) {
+    reg(1, 11);
+    reg(2, 12);
+    EXPECT_TRUE(replies().empty()) << "answered before the store had it";
+    EXPECT_TRUE(dir.load().empty());
+    svc->flush(clock.ms);
+    EXPECT_EQ(dir.load().size(), 2u);
+    EXPECT_EQ(replies(), (std::vector<fedgate::RegStatus>{fedgate::RegStatus::ok, fedgate::RegStatus::ok}));
+    EXPECT_TRUE(cache.find(fedgate::ProcessId::make(1, 2, 1), clock.ms) != nullptr) << "in the cache once stored";
+}
+
+TEST_F(MemberDirectory, WithoutAStoreTheProcessHearsStoreUnavailableAndIsNotRegistered) {
+    store.set_available(false);
+    reg(3, 13);
+    svc->flush(clock.ms);
+    EXPECT_EQ(replies(), (std::vector<fedgate::RegStatus>{fedgate::RegStatus::store_unavailable}));
+    EXPECT_THROW(svc->dir_show(fedgate::ProcessId::make(1, 2, 3), clock.ms), std::runtime_error) << "taken back";
+    EXPECT_EQ(svc->stats()["directory"]["store_failures"], 1u);
+    store.set_available(true);
+    reg(3, 14);  // the client tries again
+    svc->flush(clock.ms);
+    EXPECT_EQ(replies().back(), fedgate::RegStatus::ok);
+}
+
+TEST_F(MemberDirectory, AMemberThatTakesOverHoldsWhatTheStoreHeld) {
+    reg(4, 15);
+    reg(5, 16);
+    svc->flush(clock.ms);
+    // Another member of the group, which stood by until now.
+    fedgate::ResolveCache cache2{64};
+    fedgate::ResolutionService other(cfg, cache2, [](uint32_t, uint16_t, std::span<const uint8_t>) {}, [] {});
+    other.set_directory_store(&dir);
+    EXPECT_EQ(other.take_over(clock.ms), 2u);
+    EXPECT_TRUE(cache2.find(fedgate::ProcessId::make(1, 2, 5), clock.ms) != nullptr);
+    EXPECT_EQ(other.stats()["directory"]["local"], 2u);
+    EXPECT_EQ(other.take_over(clock.ms), 0u) << "what it holds already is not taken twice";
 }
 
 // ---- config ----------------------------------------------------------------------------------
