@@ -44,7 +44,7 @@ private:
 // in transactions of up to kOpsPerTxn operations.
 class StoreDirectory final : public DirectoryStore {
 public:
-    static constexpr std::size_t kOpsPerTxn = 64;
+    static constexpr std::size_t kOpsPerTxn = 128;  // etcd's default --max-txn-ops
     StoreDirectory(KvStore& store, const ClusterKeys& keys) : store_(store), keys_(keys) {}
     void write(std::span<const Op> ops) override;
     std::vector<StoredProcess> load() override;

@@ -129,18 +129,20 @@ int Gateway::run(const std::atomic<bool>& quit, std::atomic<bool>* reload_reques
             cluster_->start(table_.get(), [this](bool active) {
                 // The group's addresses follow the active member: the workers stop or start
                 // sending, and announce the addresses with gratuitous ARP when they start.
-                if (active) {
-                    // The directory first, so lookups and handshakes find every process the
-                    // moment traffic arrives.
-                    try {
-                        const std::size_t n = resolution_->take_over(now_ms());
-                        FG_LOG(NOTICE, gateway, "cluster: took up %zu process(es) from the store", n);
-                    } catch (const std::exception& e) {
-                        FG_LOG(ERR, gateway, "cluster: cannot read the directory from the store: %s", e.what());
-                    }
-                }
                 standby_.store(!active, std::memory_order_release);
                 for (std::size_t w = 0; w < bell_count_; ++w) bells_[w].ring();
+                if (!active) return;
+                // Traffic first (the workers announce the addresses now), then the directory: a few
+                // thousand processes take most of a second to read and publish, and the peers keep
+                // answering lookups from their caches meanwhile.
+                try {
+                    const uint64_t t0 = now_ms();
+                    const std::size_t n = resolution_->take_over(t0);
+                    FG_LOG(NOTICE, gateway, "cluster: took up %zu process(es) from the store in %llu ms", n,
+                           static_cast<unsigned long long>(now_ms() - t0));
+                } catch (const std::exception& e) {
+                    FG_LOG(ERR, gateway, "cluster: cannot read the directory from the store: %s", e.what());
+                }
             });
         service_thread_ = std::thread([this] { service_loop(); });
     });
@@ -565,8 +567,9 @@ void Gateway::punt_loop(const std::atomic<bool>& quit) {
             resolution_->tick(now);
             next_tick = now + kResolveTickMs;
         }
-        // A group's member: the burst's registrations go into the store in one write, then are answered.
-        resolution_->flush(now_ms());
+        // A group's member: registrations go into the store in one write, then are answered; under
+        // load, several bursts' worth (a full transaction) at a time, else once the ring is drained.
+        if (n < Dataplane::kBurst || resolution_->staged() >= StoreDirectory::kOpsPerTxn) resolution_->flush(now_ms());
         // Idle: sleep until the lcore hands something over or the next tick comes. A back-off on a
         // timer made every handshake message wait out a nap on each gateway it crossed.
         if (n + ne != 0) {

@@ -283,15 +283,20 @@ nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& 
     for (const auto& o : list)
         if (o.proto == m.proto && o.port == m.port)
             throw MapError("port", mapping_key(kind, m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
-    auto candidate = list;
-    candidate.push_back(m);
     if (source == MapSource::cli) {
+        // On disk (or in the group's store) before it is published: persist the list it will be.
+        auto candidate = list;
+        candidate.push_back(m);
         if constexpr (std::is_same_v<M, ImportMapping>)
             persist(candidate, exports_, deleted_config_);
         else
             persist(imports_, candidate, deleted_config_);
+        list = std::move(candidate);
+    } else {
+        // Automatic mappings are not persisted: no copy of the list (a member taking over a group's
+        // directory makes one per tcp process, thousands at once).
+        list.push_back(m);
     }
-    list = std::move(candidate);
     publish(m);
     reclaim();
     if constexpr (std::is_same_v<M, ImportMapping>)

@@ -1,6 +1,7 @@
 // The resolution service's control side: registrations, announce streams, cache writes.
 #include "controlplane/resolution.hpp"
 
+#include <chrono>
 #include <arpa/inet.h>
 
 #include <cstring>
@@ -640,7 +641,10 @@ void ResolutionService::flush(uint64_t now_ms) {
 }
 
 std::size_t ResolutionService::take_over(uint64_t now_ms) {
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<StoredProcess> all = store_ != nullptr ? store_->load() : std::vector<StoredProcess>{};
+    FG_LOG(INFO, resolve, "directory: read %zu process(es) from the group's store in %lld ms", all.size(),
+           static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
     std::lock_guard lock(mu_);
     std::size_t taken = 0;
     for (const StoredProcess& p : all) {

@@ -84,6 +84,10 @@ public:
     // their processes get their replies (ok, or store_unavailable with the change taken back) and
     // the changes reach the cache and the peers. The driving thread calls it after each burst.
     void flush(uint64_t now_ms);
+    std::size_t staged() const {
+        std::lock_guard lock(mu_);
+        return staged_.size();
+    }
     // This member became its group's active member: the store's directory becomes this gateway's
     // (each process with a whole heartbeat timeout from now), into the cache and out to the peers.
     // Returns how many processes it took up; throws when the store cannot be read.
