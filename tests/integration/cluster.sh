@@ -30,7 +30,6 @@ source "$HERE/lib_etcd.sh"
 P=cl$((RANDOM % 1000))
 P6=${P:0:6}
 WORK=$(mktemp -d)
-TIMEOUT_S=${CLUSTER_TIMEOUT_S:-60}
 CTL=$BUILD/tools/fedgatectl
 declare -A GW_PID=()
 BG_PIDS=()
@@ -47,21 +46,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-FAILURES=0
-check() { # check DESCRIPTION CMD...
-    local what=$1
-    shift
-    if "$@"; then echo "ok   - $what"; else echo "FAIL - $what"; FAILURES=$((FAILURES + 1)); fi
-}
-wait_for() { # wait_for WHAT CMD... — polls CMD every 0.1 s for up to TIMEOUT_S
-    local what=$1 deadline=$((SECONDS + TIMEOUT_S))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        if ((SECONDS >= deadline)); then echo "cluster.sh: timed out after ${TIMEOUT_S}s waiting for $what" >&2; return 1; fi
-        sleep 0.1
-    done
-}
-eq() { [[ $1 == "$2" ]] || { echo "     expected '$2', got '$1'" >&2; return 1; }; }
+# lab_check, lab_wait (polls every 0.1 s for up to LAB_TIMEOUT_S), lab_eq: the lab's test helpers.
+LAB_TIMEOUT_S=${CLUSTER_TIMEOUT_S:-60}
+source "$HERE/../../tools/lab.sh"
+check() { lab_check "$@"; }
+wait_for() { lab_wait "$@"; }
+eq() { lab_eq "$@"; }
 ctl() { local g=$1; shift; "$CTL" --socket "$WORK/$g.sock" "$@"; }
 js() { # js GW PY-EXPR ARGS... — a Python expression over fedgatectl ARGS --json (as r)
     local g=$1 expr=$2
@@ -274,5 +264,5 @@ check "a1 holds every mapping the group added" wait_for "a1's mappings" \
     eval '[[ $(js a1 "sorted(m[\"port\"] for m in r[\"imports\"])" map list) == "[8080, 8081, 8082]" ]]'
 check "curl still goes through a2" fetch_ok 3
 
-echo "cluster.sh: $FAILURES failure(s)"
-((FAILURES == 0))
+echo "cluster.sh: $LAB_FAILURES failure(s)"
+((LAB_FAILURES == 0))

@@ -20,6 +20,7 @@
 #include "dataplane/portmap.hpp"
 #include "controlplane/resolution.hpp"
 #include "dataplane/resolve_cache.hpp"
+#include "tests/support/alpha_config.hpp"
 #include "tests/support/fake_gateway.hpp"
 
 namespace {
@@ -248,42 +249,20 @@ TEST_F(Group, ARestartedMemberEndsItsPreviousLifesLeaseAndTakesOverAtOnce) {
 
 // ---- mappings in the store -------------------------------------------------------------------
 
-const std::string kConfig = R"([gateway]
-party = "alpha"
-party_id = 1
-
-[eal]
-args = []
-
-[cluster]
-etcd = ["http://198.18.250.11:2379", "http://198.18.250.12:2379"]
-member = "gw-a"
-lease_ttl_s = 3
-
-[[port]]
-name = "inside"
-role = "internal"
-device = "net_tap0"
-address = "198.18.1.1/24"
-
-[[port]]
-name = "outside"
-role = "external"
-device = "net_tap1"
-address = "198.19.0.1/24"
-
-[[peer]]
-party = "beta"
-party_id = 2
-address = "198.19.0.2"
-key = "00112233445566778899aabbccddeeff"
-
+// The tests' usual alpha, with a config mapping, as a member of a group.
+const std::string kBase = std::string(fedgate::test::kAlphaConfig) + R"(
 [[import]]
 cluster = "c1"
 proto = "tcp"
 port = 8080
 peer = "beta"
 peer_port = 9000
+)";
+const std::string kConfig = kBase + R"(
+[cluster]
+etcd = ["http://198.18.250.11:2379", "http://198.18.250.12:2379"]
+member = "gw-a"
+lease_ttl_s = 3
 )";
 
 struct Member {
@@ -526,12 +505,7 @@ TEST_F(MemberDirectory, AMemberThatTakesOverHoldsWhatTheStoreHeld) {
 
 // ---- config ----------------------------------------------------------------------------------
 
-std::string with_cluster(const std::string& section) {
-    std::string text = kConfig;
-    const auto at = text.find("[cluster]");
-    const auto end = text.find("[[port]]");
-    return text.substr(0, at) + section + "\n" + text.substr(end);
-}
+std::string with_cluster(const std::string& section) { return kBase + "\n" + section + "\n"; }
 
 std::string config_error(const std::string& text) {
     try {
