@@ -13,7 +13,8 @@
 # registers is in the store when it hears "ok", and beta learns it; `kill -9` of a1, then curl
 # works through a2 (the time it took is printed), which reports itself active, the failover from
 # a1, and sent gratuitous ARP; a2 took the process up from the store, both nodes resolve it, and
-# its heartbeats keep it at a2; one etcd member killed changes nothing (a map add works);
+# its heartbeats keep it at a2; a connection by process ID to a process of beta works through a1,
+# then through a2; one etcd member killed changes nothing (a map add works);
 # quorum lost (two killed): forwarding goes on and `map add` is refused naming the store; quorum
 # back: `map add` works; a1 restarted stands by and holds every mapping the group added.
 # Cleans up (gateways, etcd, namespaces) on any exit.
@@ -202,6 +203,17 @@ check "registrations go through at both gateways" eval '((rate_member > 0 && rat
 python3 -c "import sys; m, a = map(int, sys.argv[1:]); print('registrations: %d/s at the active member (store), %d/s at a gateway alone: %.2fx' % (m, a, a / max(m, 1)))" \
     "$rate_member" "$rate_alone"
 
+# A process of party beta that processes of alpha connect to by ID (tcp transport, through both
+# parties' gateways: relayed handshake, automatic mappings).
+nsx "$P-bn" "$NODE" --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --transport tcp >"$WORK/listen.out" 2>&1 &
+BG_PIDS+=($!)
+check "node b's process 2.7.42 listens" wait_for "2.7.42 to listen" grep -q "^listening 2.7.42" "$WORK/listen.out"
+connect_by_id() { # connect_by_id LOCAL — a new alpha process 1.3.LOCAL sends 64 KiB to 2.7.42
+    nsx "$P-an" "$NODE" --gateway 198.18.1.1 --bind 198.18.1.10 connect --pid "1.3.$1" --to 2.7.42 --bytes 65536 --transport tcp
+}
+check "a1 learned 2.7.42 from beta" wait_for "a1 to learn 2.7.42" ctl a1 dir show 2.7.42
+check "a connection by process ID works through the active a1" connect_by_id 100
+
 # ---- kill -9 the active -----------------------------------------------------------------------------
 snapshots_before=$(js b "r['resolution']['exchange']['snapshots_received']" stats)
 t0=$(date +%s.%N)
@@ -220,6 +232,7 @@ python3 -c "import sys; t0, t1, t2 = map(float, sys.argv[1:]); print('takeover a
 check "a2 is active" is_role a2 active
 check "a2 records the failover from a1" eq "$(js a2 "r['last_failover']['from'] + '>' + r['last_failover']['to']" cluster status)" "a1>a2"
 check "a2 announced the addresses with gratuitous ARP" eval '(($(js a2 "r[\"arp\"][\"gratuitous_sent\"]" stats) >= 2))'
+check "a connection by process ID works through the new active a2" wait_for "a connection through a2" connect_by_id 101
 check "a2's stats say it is active, having taken over once" \
     eq "$(js a2 "str(r['cluster']['active']) + ' ' + str(r['cluster']['became_active'])" stats)" "1 1"
 check "a2 took process 1.2.42 up from the store" eval '[[ $(js a2 "r[\"source\"]" dir show 1.2.42) == 198.18.1.10 ]]'
