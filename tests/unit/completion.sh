@@ -50,7 +50,7 @@ expect "fedgatectl ma" map
 expect "fedgatectl map add " export import
 expect "fedgatectl map add i" import
 expect "fedgatectl map " add del list nft
-expect "fedgatectl " status stats ping map session dir resolve capture conn log reload completion help
+expect "fedgatectl " status stats ping map session dir resolve capture conn log reload cluster completion help
 expect "fedgatectl st" stats status
 expect "fedgatectl nosuch " 
 # Global options before the command, with and without a value, are skipped.
