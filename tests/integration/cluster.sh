@@ -194,7 +194,7 @@ check "beta learned the process from a1's announce" wait_for "beta to learn 1.2.
 # burst written to the store before it is answered) and at beta (alone, no store).
 BENCH=$BUILD/tests/fedgate_bench_resolve
 reg_rate() { # reg_rate NS GATEWAY PARTY LISTEN_IP — registrations per second
-    nsx "$1" "$BENCH" register-many --gateway "$2" --party "$3" --node 9 --count "${CLUSTER_REG_COUNT:-3000}" \
+    nsx "$1" "$BENCH" register-many --gateway "$2" --party "$3" --node 9 --count "${CLUSTER_REG_COUNT:-2000}" \
         --listen-ip "$4" --window 64 | python3 -c 'import re,sys; print(re.search(r"\((\d+)/s\)", sys.stdin.read()).group(1))'
 }
 rate_member=$(reg_rate "$P-an" 198.18.1.1 1 198.18.1.10) || rate_member=0
@@ -202,6 +202,11 @@ rate_alone=$(reg_rate "$P-bn" 198.18.2.1 2 198.18.2.10) || rate_alone=0
 check "registrations go through at both gateways" eval '((rate_member > 0 && rate_alone > 0))'
 python3 -c "import sys; m, a = map(int, sys.argv[1:]); print('registrations: %d/s at the active member (store), %d/s at a gateway alone: %.2fx' % (m, a, a / max(m, 1)))" \
     "$rate_member" "$rate_alone"
+# The burst's processes send no heartbeats: wait until both gateways expired them (and a1's store
+# deletions went through), so their automatic tcp mappings give the connection tests their ports back.
+local_count() { js "$1" "r['resolution']['directory']['local']" stats; }
+check "the burst's registrations expired at both gateways and left the store" wait_for "the burst to expire" \
+    eval '[[ $(local_count a1) == 1 && $(local_count b) == 0 && $(etcd_ctl get --prefix /fedgate/alpha/processes/ --keys-only | grep -c .) == 1 ]]'
 
 # A process of party beta that processes of alpha connect to by ID (tcp transport, through both
 # parties' gateways: relayed handshake, automatic mappings).
