@@ -205,7 +205,7 @@ void ClusterService::watch_mappings() {
         const int64_t now = e ? e->mod_revision : 0;
         if (now == map_state_->revision()) return;
         std::vector<std::string> warnings;
-        table_->refresh(&warnings);
+        table_->load(&warnings);
         for (const auto& w : warnings) FG_LOG(WARNING, gateway, "cluster: %s", w.c_str());
         std::lock_guard lk(mu_);
         ++counters_.mapping_refreshes;

@@ -161,18 +161,8 @@ EtcdStore::Reply EtcdStore::post_one(const std::string& url, const std::string& 
     return r;
 }
 
-std::string EtcdStore::call(const std::string& path, const std::string& body) {
-    std::lock_guard lk(mu_);
-    std::string failures;
-    bool reachable = false;
-    // Rounds over the endpoints until one answers or the budget is spent: while the store elects a
-    // new leader (a second or two after losing one) every endpoint fails, then all serve again.
-    const auto start = std::chrono::steady_clock::now();
-    const auto spent = [&] {
-        return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-    };
-    for (int round = 0;; ++round) {
-    failures.clear();
+std::optional<std::string> EtcdStore::try_each(const std::string& path, const std::string& body, std::string& failures,
+                                               bool& reachable) {
     for (std::size_t i = 0; i < endpoints_.size(); ++i) {
         const std::size_t at = (current_ + i) % endpoints_.size();
         const Reply r = post_one(endpoints_[at], path, body, timeout_ms_);
@@ -198,8 +188,24 @@ std::string EtcdStore::call(const std::string& path, const std::string& body) {
         }
         failures += (failures.empty() ? "" : "; ") + endpoints_[at] + ": " + why;
     }
-    if (spent() + 100 >= budget_ms_) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return std::nullopt;
+}
+
+std::string EtcdStore::call(const std::string& path, const std::string& body) {
+    std::lock_guard lk(mu_);
+    std::string failures;
+    bool reachable = false;
+    // Rounds over the endpoints until one answers or the budget is spent: while the store elects a
+    // new leader (a second or two after losing one) every endpoint fails, then all serve again.
+    const auto start = std::chrono::steady_clock::now();
+    const auto spent = [&] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    };
+    for (;;) {
+        failures.clear();
+        if (auto answer = try_each(path, body, failures, reachable)) return std::move(*answer);
+        if (spent() + 100 >= budget_ms_) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     throw StoreUnavailable("cluster store unavailable (" + failures + ")", reachable);
 }

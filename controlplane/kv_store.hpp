@@ -111,8 +111,12 @@ private:
         std::string error;  // libcurl's, when status is 0
     };
     Reply post_one(const std::string& url, const std::string& path, const std::string& body, long timeout_ms);
-    // POSTs to the endpoints in turn until one answers 200; parses the answer. Throws
-    // StoreUnavailable naming each endpoint's failure.
+    // One round: POSTs to the endpoints in turn, from the one that answered last, until one
+    // answers 200; each failure is added to `failures`. Throws StoreRefused on a refusal.
+    std::optional<std::string> try_each(const std::string& path, const std::string& body, std::string& failures,
+                                        bool& reachable);
+    // Rounds of try_each until an answer or the budget is spent; then throws StoreUnavailable
+    // naming each endpoint's failure.
     std::string call(const std::string& path, const std::string& body);
 
     std::vector<std::string> endpoints_;

@@ -133,16 +133,6 @@ void PortMapTable::persist(const Config& cfg, const std::vector<ImportMapping>& 
     state_->write(nlohmann::ordered_json{{"version", kStateVersion}, {"added", added}, {"deleted", gone}}.dump(2) + "\n");
 }
 
-void PortMapTable::load(std::vector<std::string>* warnings) {
-    std::lock_guard lk(mu_);
-    read_state(warnings);
-}
-
-void PortMapTable::refresh(std::vector<std::string>* warnings) {
-    std::lock_guard lk(mu_);
-    read_state(warnings);
-}
-
 void PortMapTable::install(std::vector<ImportMapping> imports, std::vector<ExportMapping> exports) {
     // Publishing over a rule replaces it at once; only keys no longer mapped are taken out.
     const auto kept = [](const auto& list, const auto& m) {
@@ -159,7 +149,8 @@ void PortMapTable::install(std::vector<ImportMapping> imports, std::vector<Expor
     reclaim();
 }
 
-void PortMapTable::read_state(std::vector<std::string>* warnings) {
+void PortMapTable::load(std::vector<std::string>* warnings) {
+    std::lock_guard lk(mu_);
     std::vector<std::string> ignored;
     if (warnings == nullptr) warnings = &ignored;
     // Automatic mappings serve live processes: they stay unless the config or the state takes their port.
@@ -429,7 +420,7 @@ nlohmann::ordered_json PortMapTable::retrying(F&& op) {
             return op();
         } catch (const MapConflict&) {
             if (attempt == 3) throw;
-            refresh(nullptr);
+            load(nullptr);
         }
     }
 }

@@ -51,11 +51,10 @@ public:
 
     // Config mappings, less those deleted at run time, plus those added at run time, all published.
     // A state file that no longer fits the config (a peer gone, a port now taken) loses the entries
-    // that do not fit, each named in `warnings`; an unreadable one is an error (throws).
+    // that do not fit, each named in `warnings`; an unreadable one is an error (throws). Called
+    // again (another member of the group changed the state), it publishes only what differs: a
+    // mapping that stays never blinks.
     void load(std::vector<std::string>* warnings);
-    // Reads the state again (another member of the group changed it) and publishes what differs:
-    // a mapping that stays never blinks. Throws MapError when the state cannot be read.
-    void refresh(std::vector<std::string>* warnings);
 
     // `fedgatectl reload`: `next` becomes the config every later check reads. Its mappings replace
     // the config mappings (less those deleted at run time, which stay deleted); run-time and
@@ -115,7 +114,6 @@ private:
     void reclaim();  // waits for a grace period, then frees what was replaced
     // Publishes the new lists (over rules that stay, in place) and takes out keys no longer mapped.
     void install(std::vector<ImportMapping> imports, std::vector<ExportMapping> exports);
-    void read_state(std::vector<std::string>* warnings);  // under mu_: the config's lists, then the state's changes
     // map_add / map_del once, then again after re-reading the state if another member got there first.
     template <typename F>
     nlohmann::ordered_json retrying(F&& op);

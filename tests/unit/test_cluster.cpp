@@ -192,32 +192,42 @@ TEST_F(Group, WithoutQuorumTheActiveStaysActiveAndNobodyTakesOver) {
     EXPECT_TRUE(a->store_ok());
 }
 
+// A store in front of another, passing every call on after gate(); the stand-ins below change
+// one thing each.
+class Forwarding : public fedgate::KvStore {
+public:
+    explicit Forwarding(fedgate::KvStore& real) : real_(real) {}
+    int64_t grant(int64_t t) override { return gate(), real_.grant(t); }
+    int64_t keepalive(int64_t l) override { return gate(), real_.keepalive(l); }
+    void revoke(int64_t l) override { gate(), real_.revoke(l); }
+    std::optional<KvEntry> get(const std::string& k) override { return gate(), real_.get(k); }
+    std::vector<KvEntry> range(const std::string& p, int64_t* r) override { return gate(), real_.range(p, r); }
+    using KvStore::put;
+    void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t l) override { gate(), real_.put(kvs, l); }
+    void erase(const std::vector<std::string>& k) override { gate(), real_.erase(k); }
+    int64_t put_if(const std::string& k, const std::string& v, int64_t l, int64_t e, std::optional<KvEntry>* c) override {
+        return gate(), real_.put_if(k, v, l, e, c);
+    }
+    bool erase_if(const std::string& k, const std::string& v) override { return gate(), real_.erase_if(k, v); }
+    std::vector<fedgate::EndpointHealth> health() override { return real_.health(); }
+    std::string describe() const override { return "forwarding"; }
+
+protected:
+    virtual void gate() {}
+    fedgate::KvStore& real_;
+};
+
 // A store no endpoint of which answers, for longer than the lease: this member may be the one cut
 // off, so it stops being active.
-class Unreachable final : public fedgate::KvStore {
+class Unreachable final : public Forwarding {
 public:
-    explicit Unreachable(fedgate::KvStore& real) : real_(real) {}
+    using Forwarding::Forwarding;
     bool down = false;
-    void check() const {
-        if (down) throw StoreUnavailable("cluster store unavailable (connection refused)", false);
-    }
-    int64_t grant(int64_t t) override { return check(), real_.grant(t); }
-    int64_t keepalive(int64_t l) override { return check(), real_.keepalive(l); }
-    void revoke(int64_t l) override { check(), real_.revoke(l); }
-    std::optional<KvEntry> get(const std::string& k) override { return check(), real_.get(k); }
-    std::vector<KvEntry> range(const std::string& p, int64_t* r) override { return check(), real_.range(p, r); }
-    using KvStore::put;
-    void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t l) override { check(), real_.put(kvs, l); }
-    void erase(const std::vector<std::string>& k) override { check(), real_.erase(k); }
-    int64_t put_if(const std::string& k, const std::string& v, int64_t l, int64_t e, std::optional<KvEntry>* c) override {
-        return check(), real_.put_if(k, v, l, e, c);
-    }
-    bool erase_if(const std::string& k, const std::string& v) override { return check(), real_.erase_if(k, v); }
-    std::vector<fedgate::EndpointHealth> health() override { return real_.health(); }
-    std::string describe() const override { return "cut"; }
 
 private:
-    fedgate::KvStore& real_;
+    void gate() override {
+        if (down) throw StoreUnavailable("cluster store unavailable (connection refused)", false);
+    }
 };
 
 TEST_F(Group, CutOffFromEveryEndpointLongerThanTheLeaseTheActiveStepsDown) {
@@ -294,12 +304,12 @@ TEST(ClusterMappings, AChangeOnOneMemberAppliesOnTheOtherAfterItsRefresh) {
     EXPECT_TRUE(a.imports(8081));
     EXPECT_FALSE(b.imports(8081)) << "b has not looked yet";
     EXPECT_NE(store.get(ClusterKeys("alpha").mappings())->mod_revision, b.state->revision());
-    b.table->refresh(nullptr);
+    b.table->load(nullptr);
     EXPECT_TRUE(b.imports(8081));
     EXPECT_EQ(store.get(ClusterKeys("alpha").mappings())->mod_revision, b.state->revision());
     // b deletes the config's mapping: a learns that too, and a's own change is kept.
     b.table->handle({{"cmd", "map_del"}, {"kind", "import"}, {"proto", "tcp"}, {"port", 8080u}});
-    a.table->refresh(nullptr);
+    a.table->load(nullptr);
     EXPECT_FALSE(a.imports(8080));
     EXPECT_TRUE(a.imports(8081));
 }
@@ -313,7 +323,7 @@ TEST(ClusterMappings, ALostRaceRereadsAndRetriesSoNeitherChangeIsLost) {
     b.add(8082, 9002);  // b's revision is stale: its write fails the compare, it re-reads, retries
     EXPECT_TRUE(b.imports(8081));
     EXPECT_TRUE(b.imports(8082));
-    a.table->refresh(nullptr);
+    a.table->load(nullptr);
     EXPECT_TRUE(a.imports(8082));
     const json list = a.table->list(std::nullopt);
     EXPECT_EQ(list.dump().find("8082") != std::string::npos, true);
@@ -349,30 +359,16 @@ TEST(ClusterMappings, WithoutQuorumAChangeIsRefusedNamingTheStoreAndNothingChang
 
 // The client sends a change again when the answer to the first try was lost (a timeout, another
 // endpoint): the compare then fails against its own write. That is the change made, not a conflict.
-class LostAnswer final : public fedgate::KvStore {
+class LostAnswer final : public Forwarding {
 public:
-    explicit LostAnswer(fedgate::KvStore& real) : real_(real) {}
+    using Forwarding::Forwarding;
     bool lose_next = false;
-    int64_t grant(int64_t t) override { return real_.grant(t); }
-    int64_t keepalive(int64_t l) override { return real_.keepalive(l); }
-    void revoke(int64_t l) override { real_.revoke(l); }
-    std::optional<KvEntry> get(const std::string& k) override { return real_.get(k); }
-    std::vector<KvEntry> range(const std::string& p, int64_t* r) override { return real_.range(p, r); }
-    using KvStore::put;
-    void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t l) override { real_.put(kvs, l); }
-    void erase(const std::vector<std::string>& k) override { real_.erase(k); }
     int64_t put_if(const std::string& k, const std::string& v, int64_t l, int64_t e, std::optional<KvEntry>* c) override {
         const int64_t first = real_.put_if(k, v, l, e, c);
         if (!lose_next) return first;
         lose_next = false;
         return real_.put_if(k, v, l, e, c);  // the retry the client made after losing the answer
     }
-    bool erase_if(const std::string& k, const std::string& v) override { return real_.erase_if(k, v); }
-    std::vector<fedgate::EndpointHealth> health() override { return real_.health(); }
-    std::string describe() const override { return "lossy"; }
-
-private:
-    fedgate::KvStore& real_;
 };
 
 TEST(ClusterMappings, AChangeSentAgainAfterALostAnswerIsTakenAsMadeNotAsAConflict) {
@@ -387,7 +383,7 @@ TEST(ClusterMappings, AChangeSentAgainAfterALostAnswerIsTakenAsMadeNotAsAConflic
     EXPECT_TRUE(a.imports(8081));
     EXPECT_EQ(a.state->revision(), store.get(ClusterKeys("alpha").mappings())->mod_revision);
     a.add(8082, 9002);  // the next change goes on from there, no conflict
-    b.table->refresh(nullptr);
+    b.table->load(nullptr);
     EXPECT_TRUE(b.imports(8081));
     EXPECT_TRUE(b.imports(8082));
 }
