@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench/resolve_bench.sh — the resolution service's speed, in three parts.
+# tests/bench/resolve_bench.sh — the resolution service's speed, in four parts.
 #
 # 1. Cache hits on the data plane beside the reference, on the same vdevs. A pcap of RECORDS
 #    REGISTER messages (read once, net_pcap1) fills fedgated's directory; a pcap of REQUESTS RESOLVE
@@ -20,6 +20,12 @@
 #    B's registration rate falls as its directory grows (from ~30K/s to ~1K/s at 300K records on
 #    the 2-core machine), so the 1M step stops registering after RESOLVE_BENCH_REG_LIMIT_S and
 #    measures the announce with what B holds then; the result lines say so.
+# 4. Registrations at a member of a gateway group beside a gateway alone: A's node registers a burst
+#    at A alone; then a three-member etcd (tests/integration/lib_etcd.sh, on this machine) is
+#    brought up, A restarted as the only member of a group on it ([cluster], active), and the same
+#    burst registered again, every registration written to the store before it is answered. The
+#    figure is the ratio of the two rates (alone / member; the aim is at most 2). A then runs alone
+#    again. Skipped, saying so, when etcd or etcdctl is not installed (tools/deps.sh installs them).
 #
 # usage: resolve_bench.sh BUILD_DIR [SECONDS]     (root; about 4 minutes, at most ~10)
 #        resolve_bench.sh BUILD_DIR --smoke       (CI: every part at tiny sizes, the knobs below
@@ -27,7 +33,8 @@
 #   RESOLVE_BENCH_RECORDS=1024      part 1: records registered
 #   RESOLVE_BENCH_REQUESTS=4096     part 1: resolve requests in the replayed pcap
 #   RESOLVE_BENCH_BIG=1             part 3: also the 1M-record step (0: only 100K)
-#   RESOLVE_BENCH_PARTS="1 2 3"     which parts to run (3 needs 2's lab; it brings one up if 2 is skipped)
+#   RESOLVE_BENCH_PARTS="1 2 3 4"   which parts to run (3 and 4 need 2's lab; they bring one up if 2 is skipped)
+#   RESOLVE_BENCH_GROUP_REGS=2000   part 4: registrations in each burst (alone, then as a member)
 #   RESOLVE_BENCH_WINDOW=64         register-many: registrations in flight
 #   RESOLVE_BENCH_REG_LIMIT_S=150   part 3: stop registering after this long (the rest is measured
 #                                   with what got registered; the script says so)
@@ -42,17 +49,18 @@ if [[ ${2:-} == --smoke ]]; then
     bench_smoke_guard "$BUILD" "EAL, network namespaces"
     # Part 1: testpmd's rate needs four stats blocks, which come slower than one a second on a busy
     # machine; fedgated's, two seconds of warm-up and more.
-    SMOKE=1 SECS=8 RECORDS=16 REQUESTS=64 BIG=0 PARTS="1 2 3" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60
+    SMOKE=1 SECS=8 RECORDS=16 REQUESTS=64 BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
     LAT_N=20 REG_N=20 PING_N=10 GWPING_N=10 STEP_N=1000
 else
     SECS=${2:-10}
     RECORDS=${RESOLVE_BENCH_RECORDS:-1024}
     REQUESTS=${RESOLVE_BENCH_REQUESTS:-4096}
     BIG=${RESOLVE_BENCH_BIG:-1}
-    PARTS=${RESOLVE_BENCH_PARTS:-1 2 3}
+    PARTS=${RESOLVE_BENCH_PARTS:-1 2 3 4}
     WINDOW=${RESOLVE_BENCH_WINDOW:-64}
     BIG_LIMIT_S=${RESOLVE_BENCH_REG_LIMIT_S:-150}
     ANNOUNCE_LIMIT_S=${RESOLVE_BENCH_ANNOUNCE_LIMIT_S:-150}
+    GROUP_N=${RESOLVE_BENCH_GROUP_REGS:-2000}
 fi
 uint_in() { # uint_in WHAT VALUE MIN MAX — exits 2 unless VALUE is an integer in MIN..MAX
     if ! [[ $2 =~ ^[0-9]{1,9}$ ]] || (($2 < $3 || $2 > $4)); then
@@ -67,6 +75,7 @@ uint_in RESOLVE_BENCH_BIG "$BIG" 0 1
 uint_in RESOLVE_BENCH_WINDOW "$WINDOW" 1 65536
 uint_in RESOLVE_BENCH_REG_LIMIT_S "$BIG_LIMIT_S" 1 86400
 uint_in RESOLVE_BENCH_ANNOUNCE_LIMIT_S "$ANNOUNCE_LIMIT_S" 1 86400
+uint_in RESOLVE_BENCH_GROUP_REGS "$GROUP_N" 1 1000000
 [[ $(id -u) -eq 0 ]] || { echo "resolve_bench: run as root (EAL, network namespaces)" >&2; exit 1; }
 command -v dpdk-testpmd >/dev/null || { echo "resolve_bench: dpdk-testpmd not found (apt-get install dpdk-dev)" >&2; exit 1; }
 for b in tests/fedgate_bench_pcap tests/fedgate_bench_resolve controlplane/fedgated tools/fedgatectl; do
@@ -89,6 +98,9 @@ LAB_PARTIES=3
 LAB_TIMEOUT_S=120
 # shellcheck source=tools/lab.sh
 source "$(dirname "$0")/../../tools/lab.sh"
+# Part 4's store: etcd_up, etcd_attach, etcd_down (idempotent, so cleanup calls it whatever ran).
+# shellcheck source=tests/integration/lib_etcd.sh
+source "$(dirname "$0")/../integration/lib_etcd.sh"
 LAB_IS_UP=0
 PIDS=()
 stop_all() {
@@ -99,7 +111,9 @@ stop_all() {
 }
 cleanup() {
     stop_all
+    # The gateways first: a member stopping may still talk to the store.
     if ((LAB_IS_UP)); then lab_down || true; fi
+    etcd_down
     rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX"
 }
 trap cleanup EXIT
@@ -287,7 +301,7 @@ PY
 }
 
 # ================================================================================================
-# The lab (parts 2 and 3)
+# The lab (parts 2, 3 and 4)
 # ================================================================================================
 jq_py() { "$PY" -c "import json,sys; r=json.load(sys.stdin); print($1)"; }
 # A gateway's stats value: gstat a "['resolution']['directory']['local']"
@@ -513,12 +527,98 @@ run_part3() {
     fi
 }
 
+# ================================================================================================
+# Part 4: registrations at a member of a gateway group beside a gateway alone
+# ================================================================================================
+GROUP_IP=198.18.250.21  # A's address on the store's management network (lib_etcd.sh's 198.18.250.0/24)
+GROUP_CONF_ALONE=       # A's config before [cluster] was added, while A runs as a member
+a_is_active() { [[ $(lab_ctl a cluster status --json 2>/dev/null | jq_py "r['role']" 2>/dev/null) == active ]]; }
+a_holds_announced() { local n; n=$(gstat a "['resolution']['cache']['announced']" 2>/dev/null) && ((n >= $1)); }
+reg_rate() { # reg_rate LINE — the rate in register-many's line ("... in S s (R/s), ..."); 0 if none
+    if [[ $1 =~ \(([0-9]+)/s\) ]]; then echo "${BASH_REMATCH[1]}"; else echo 0; fi
+}
+group_burst() { # group_burst WARM_NODE NODE: A's node registers GROUP_N as 1.NODE.* at A; prints the tool's line
+    local line
+    # Uncounted first: a gateway just started has no neighbour entry for the node yet, and the
+    # replies it cannot send (neighbour_unresolved) would be timed as retries.
+    register_many a 1 "$1" 16 >/dev/null || true
+    if line=$(register_many a 1 "$2" "$GROUP_N"); then echo "$line"; else echo "FAILED: $line"; fi
+}
+group_leave() { # A runs alone again on its original config; the store goes
+    if [[ -n $GROUP_CONF_ALONE ]]; then
+        lab_stop a
+        cp "$GROUP_CONF_ALONE" "$A_CONF"
+        GROUP_CONF_ALONE=
+        lab_start a
+        say "  A stopped (exit $LAB_RC) and started again alone"
+    fi
+    etcd_down
+}
+
+run_part4() {
+    if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
+        say "== part 4: skipped: etcd or etcdctl is not installed (tools/deps.sh installs etcd-server etcd-client)"
+        result "part 4: skipped (no etcd on this machine)"
+        return
+    fi
+    bring_lab_up
+    say "== part 4: registrations at gateway A alone, then at A as the active member of a group" \
+        "(store: a three-member etcd on this machine; $GROUP_N registrations each, window $WINDOW)"
+    local alone_line member_line alone member held store_n
+    alone_line=$(group_burst 7 5)
+    say "  A alone: $alone_line"
+    # What A's cache held (B's announced records): A restarted waits for as much, so that the member
+    # burst does not run beside the announce snapshot the alone burst never saw.
+    held=$(gstat a "['resolution']['cache']['announced']")
+
+    say "  store: three etcd members, prefix ${LAB_PREFIX}et"
+    if ! etcd_up "${LAB_PREFIX}et" || ! etcd_attach "$NS_A_GW" "$GROUP_IP"; then
+        result "part 4: FAILED (the etcd cluster did not come up)"
+        smoke_fail "part 4: the etcd cluster did not come up"
+        etcd_down
+        return
+    fi
+    lab_stop a
+    GROUP_CONF_ALONE=$WORK/a-alone.toml
+    cp "$A_CONF" "$GROUP_CONF_ALONE"
+    printf '\n[cluster]\netcd = ["%s", "%s", "%s"]\nmember = "a1"\nlease_ttl_s = 2\n' "${ETCD_URLS[@]}" >>"$A_CONF"
+    lab_start a
+    say "  A stopped (exit $LAB_RC) and started again as member a1 of a group"
+    if ! wait_until 120 "A to be the active member" a_is_active; then
+        tail -20 "$LAB_LOGS/a.log" >&2
+        result "part 4: FAILED (A did not become the active member)"
+        smoke_fail "part 4: A did not become the active member"
+        group_leave
+        return
+    fi
+    wait_until "$ANNOUNCE_LIMIT_S" "A to hold the $held announced records it held alone" a_holds_announced "$held" ||
+        say "  NOTE: A holds $(gstat a "['resolution']['cache']['announced']") of $held announced records: the burst runs beside the snapshot"
+    member_line=$(group_burst 8 6)
+    say "  A member: $member_line"
+    store_n=$(etcd_ctl get --prefix /fedgate/alpha/processes/ --keys-only | grep -c . || true)
+    say "  the store holds $store_n of alpha's processes (the burst and the warm-up's 16); A (role, store healthy): $(lab_ctl a cluster status --json | jq_py "r['role'], r['store']['healthy']")"
+    group_leave
+
+    alone=$(reg_rate "$alone_line")
+    member=$(reg_rate "$member_line")
+    result "$(printf 'part 4: %-34s %7s registrations/s' "gateway A alone" "$alone")"
+    result "$(printf 'part 4: %-34s %7s registrations/s (each written to the store before it is answered)' \
+        "A, the active member of a group" "$member")"
+    result "part 4: ratio alone/member $("$PY" -c "import sys; a, m = map(int, sys.argv[1:]); print(f'{a / m:.2f}' if m else 'n/a')" \
+        "$alone" "$member") (the aim: at most 2; store: a three-member etcd on the same machine; $GROUP_N registrations, window $WINDOW)"
+    if ((SMOKE)); then
+        ((alone > 0)) || smoke_fail "part 4: no registration rate at A alone ($alone_line)"
+        ((member > 0)) || smoke_fail "part 4: no registration rate at A as a member ($member_line)"
+    fi
+}
+
 START=$SECONDS
 # Everything here shares the machine's CPUs with whatever else runs: say how busy it was.
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 part 1 && run_part1
 part 2 && run_part2
 part 3 && run_part3
+part 4 && run_part4
 if ((LAB_IS_UP)); then
     say "== drops by reason in the lab"
     for g in a b; do
