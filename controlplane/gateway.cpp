@@ -1,4 +1,4 @@
-// Gateway start-up, shutdown, and the management requests.
+// Gateway start-up and shutdown, the punt loop, and what the control threads send.
 #include "controlplane/gateway.hpp"
 #include "controlplane/service.hpp"
 
@@ -37,9 +37,7 @@
 #include "controlplane/auto_mapping.hpp"
 #include "controlplane/capture.hpp"
 #include "controlplane/cluster.hpp"
-#include "controlplane/counter_table.hpp"
 #include "controlplane/portmap_table.hpp"
-#include "controlplane/reload.hpp"
 #include "controlplane/resolution.hpp"
 #include "controlplane/telemetry.hpp"
 
@@ -54,21 +52,12 @@ constexpr unsigned kPuntRingSize = 4096;
 constexpr unsigned kRequestRingSize = 64;
 constexpr unsigned kHandOffRingSize = 4096;
 static_assert(kMaxWorkersCfg == kMaxWorkers);
-constexpr auto kRequestTimeout = std::chrono::seconds(5);
 constexpr unsigned kMempoolCache = 256;
-constexpr uint32_t kMaxPingCount = 100;
-constexpr uint32_t kMaxPingTimeoutMs = 60'000;
 constexpr unsigned kEventRingSize = 4096;
 constexpr uint32_t kResolveTickMs = 10;
 // Empty polls the punt thread makes before it sleeps on its doorbell: a reply that follows at once
 // (the next message of a handshake) is taken without a sleep and a wake-up.
 constexpr uint32_t kPuntSpinPolls = 64;
-
-std::string mac_str(const rte_ether_addr& a) {
-    char buf[RTE_ETHER_ADDR_FMT_SIZE];
-    rte_ether_format_addr(buf, sizeof buf, &a);
-    return buf;
-}
 
 constexpr int kControlWorkers = 4;
 
@@ -101,7 +90,7 @@ int dataplane_lcore_main(void* arg) {
 }  // namespace
 
 Gateway::Gateway(Config cfg)
-    : cfg_(std::move(cfg)), live_(std::make_shared<const Config>(cfg_)), started_(std::chrono::steady_clock::now()) {}
+    : cfg_(std::move(cfg)), live_(cfg_), started_(std::chrono::steady_clock::now()) {}
 
 Gateway::~Gateway() { stop(); }
 
@@ -168,7 +157,7 @@ std::string Gateway::summary() const {
     for (const PortHandle& p : ports_) up += link_state(p.port_id).up ? 1 : 0;
     return "party " + cfg_.party + " (id " + std::to_string(cfg_.party_id) + "): " + std::to_string(up) + " of " +
            std::to_string(ports_.size()) + " ports up, " + std::to_string(dps_.size()) + " worker(s), " +
-           std::to_string(live()->peers.size()) + " peer(s)";
+           std::to_string(live_.snapshot()->peers.size()) + " peer(s)";
 }
 
 bool Gateway::mgmt_answers() const {
@@ -445,15 +434,25 @@ void Gateway::start() {
     for (std::size_t i = 0; i < ports_.size(); ++i)
         capture_ports.push_back({cfg_.ports[i].name, ports_[i].port_id, ports_[i].queues});
     capture_ = std::make_unique<CaptureService>(std::move(capture_ports), rcu_);
-    mgmt_ = std::make_unique<MgmtServer>(cfg_.socket, [this](const nlohmann::ordered_json& r) { return handle(r); },
-                                         control_arena());
+    live_.attach({[this](const Config& c) { set_worker_peers(c); }, table_.get(), resolution_.get(),
+                  [this] { return now_ms(); }, [this] { return summary(); }});
+    commands_ = std::make_unique<Commands>(Commands::Parts{
+        cfg_, live_, ports_, this->workers(), dp_lcores_, started_, table_.get(), resolution_.get(), capture_.get(),
+        cluster_.get(), pinger_.get(),
+        [this](std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout, std::size_t w) {
+            return ask_lcore(std::move(r), timeout, w);
+        },
+        [this] { return now_ms(); }});
+    mgmt_ = std::make_unique<MgmtServer>(
+        cfg_.socket, [c = commands_.get()](const nlohmann::ordered_json& r) { return c->handle(r); }, control_arena());
 
     // Prometheus: a kernel socket in the gateway's namespace, reading only what stats and status read.
     if (const auto& l = cfg_.metrics.listen)
-        metrics_ = std::make_unique<MetricsServer>(l->first, l->second, [this] { return render_prometheus(stats(), status()); });
+        metrics_ = std::make_unique<MetricsServer>(
+            l->first, l->second, [c = commands_.get()] { return render_prometheus(c->stats(), c->status()); });
 
     // DPDK telemetry (/fedgate/...): the same management requests, fitted to telemetry's limits.
-    telemetry_attach([this](const nlohmann::ordered_json& r) { return handle(r); });
+    telemetry_attach([c = commands_.get()](const nlohmann::ordered_json& r) { return c->handle(r); });
 }
 
 void Gateway::stop() {
@@ -466,6 +465,7 @@ void Gateway::stop() {
     metrics_.reset();
     if (mgmt_) mgmt_->stop();
     mgmt_.reset();
+    commands_.reset();  // nothing asks it now
     capture_.reset();  // while the lcore still runs: removing its callbacks waits for it to pass them
     if (pdump_) rte_pdump_uninit();
     pdump_ = false;
@@ -535,7 +535,7 @@ void Gateway::punt_loop(const std::atomic<bool>& quit) {
     while (!quit.load()) {
         if (reload_requested_ != nullptr && reload_requested_->exchange(false)) {
             try {
-                const nlohmann::ordered_json r = reload();
+                const nlohmann::ordered_json r = live_.reload();
                 FG_LOG(NOTICE, gateway, "SIGHUP: reloaded %s: %zu change(s), %zu mapping(s) dropped",
                        cfg_.source.c_str(), r["changes"].size(), r["dropped"].size());
             } catch (const std::exception& e) {
@@ -621,173 +621,6 @@ void Gateway::send_udp(uint32_t dst, uint16_t dst_port, std::span<const uint8_t>
     bells_[0].ring();
 }
 
-// ---------------------------------------------------------------------------------------------
-// Management requests.
-
-nlohmann::ordered_json Gateway::handle(const nlohmann::ordered_json& req) {
-    const std::string cmd = req.at("cmd").get<std::string>();
-    if (cmd == "status") return status();
-    if (cmd == "stats") return stats();
-    if (cmd == "ping") return ping(req);
-    if (cmd == "map_add" || cmd == "map_del" || cmd == "map_list" || cmd == "map_nft") return table_->handle(req);
-    if (cmd == "session_list") return session_list(req);
-    if (cmd == "resolve") return resolve(req);
-    if (cmd == "dir_list" || cmd == "dir_show") return dir(req);
-    if (cmd == "conn_list") return conn_list(req);
-    if (cmd == "capture_start" || cmd == "capture_status" || cmd == "capture_stop") return capture_->handle(req);
-    if (cmd == "log_level") return log_level(req);
-    if (cmd == "reload") return reload();
-    if (cmd == "cluster_status") {
-        if (!cluster_) throw MgmtError("this gateway is alone: no [cluster] in " + cfg_.source);
-        return cluster_->status();
-    }
-    if (cmd == "log_list") {
-        nlohmann::ordered_json types = nlohmann::ordered_json::array();
-        for (const LogTypeLevel& t : log_type_levels()) types.push_back({{"type", t.type}, {"level", log_level_name(t.level)}});
-        return {{"global_level", log_level_name(rte_log_get_global_level())}, {"types", types}};
-    }
-    throw MgmtError("unknown cmd '" + cmd +
-                    "' (status, stats, ping, map_add, map_del, map_list, map_nft, session_list, dir_list, dir_show, "
-                    "resolve, conn_list, log_level, log_list, reload, capture_start, capture_status, capture_stop, cluster_status)");
-}
-
-nlohmann::ordered_json Gateway::status() const {
-    nlohmann::ordered_json ports = nlohmann::ordered_json::array();
-    for (std::size_t i = 0; i < ports_.size(); ++i) {
-        const PortConfig& pc = cfg_.ports[i];
-        const LinkState link = link_state(ports_[i].port_id);
-        ports.push_back({
-            {"name", pc.name},
-            {"role", pc.role == PortRoleCfg::external ? "external" : "internal"},
-            {"port_id", ports_[i].port_id},
-            {"device", pc.device},
-            {"driver", ports_[i].driver},
-            {"address", pc.address.str()},
-            {"next_hop", pc.next_hop ? nlohmann::ordered_json(format_ipv4(*pc.next_hop)) : nlohmann::ordered_json(nullptr)},
-            {"mac", mac_str(ports_[i].mac)},
-            {"offloads", {{"rss", ports_[i].rss}, {"rx_checksum", ports_[i].rx_cksum}, {"tx_checksum", ports_[i].tx_cksum}}},
-            {"link", {{"up", link.up}, {"speed_mbps", link.speed_mbps}, {"duplex", link.full_duplex ? "full" : "half"}}},
-        });
-    }
-    // Each peer's keys by ID and fingerprint (never the key), and which one its messages come under.
-    nlohmann::ordered_json peers = nlohmann::ordered_json::array();
-    const std::map<uint16_t, uint8_t> last_key = resolution_->last_key_ids();
-    for (const PeerConfig& p : live()->peers) {
-        nlohmann::ordered_json keys = nlohmann::ordered_json::array();
-        keys.push_back({{"role", "current"}, {"id", p.key_id}, {"fingerprint", key_fingerprint(p.key)}});
-        if (!p.next_key.empty())
-            keys.push_back({{"role", "next"}, {"id", p.next_key_id}, {"fingerprint", key_fingerprint(p.next_key)}});
-        const auto seen = last_key.find(p.party_id);
-        peers.push_back({{"party", p.party},
-                         {"party_id", p.party_id},
-                         {"address", format_ipv4(p.address)},
-                         {"keys", std::move(keys)},
-                         {"last_key_id", seen != last_key.end() && seen->second != 0 ? nlohmann::ordered_json(seen->second)
-                                                                                     : nlohmann::ordered_json(nullptr)}});
-    }
-    // Each port's counters ("neighbours") from the counter table.
-    nlohmann::ordered_json counted = {{"ports", std::move(ports)}};
-    write_counters(counted, Reply::status, sum_workers(workers()), GatewayReadings{});
-    const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    return {
-        {"party", cfg_.party},
-        {"party_id", cfg_.party_id},
-        {"version", FEDGATE_VERSION},
-        {"pid", ::getpid()},
-        {"uptime_s", uptime},
-        {"dataplane_lcores", dp_lcores_},
-        {"workers", dps_.size()},
-        {"idle", cfg_.dataplane.idle_spin ? "spin" : "backoff"},
-        {"ports", std::move(counted["ports"])},
-        {"peers", peers},
-    };
-}
-
-// Every counter comes from the counter table (counter_table.hpp): the workers summed there, the
-// gateway's own readings here, the control threads' sections as their services report them.
-nlohmann::ordered_json Gateway::stats() const {
-    const std::vector<const Dataplane*> w = workers();
-    const CounterSnapshot sum = sum_workers(w);
-    GatewayReadings g;
-    nlohmann::ordered_json ports = nlohmann::ordered_json::array();
-    for (std::size_t i = 0; i < ports_.size(); ++i) {
-        rte_eth_stats hw{};
-        rte_eth_stats_get(ports_[i].port_id, &hw);
-        g.devices.push_back({hw.ipackets, hw.opackets, hw.ibytes, hw.obytes, hw.imissed, hw.ierrors, hw.oerrors, hw.rx_nombuf});
-        ports.push_back({{"name", cfg_.ports[i].name}});
-    }
-    g.imports = table_->import_count();
-    g.exports = table_->export_count();
-    g.unmatched_echo_replies = pinger_->unmatched_replies();
-    g.max_sessions = cfg_.nat.max_sessions;
-    if (cluster_) {
-        const ClusterCounters c = cluster_->counters();
-        g.cluster_member = 1;
-        g.cluster_active = cluster_->active() ? 1 : 0;
-        g.store_healthy = cluster_->store_healthy() ? 1 : 0;
-        g.became_active = c.became_active;
-        g.stepped_down = c.stepped_down;
-        g.lease_renewals = c.lease_renewals;
-        g.store_errors = c.store_errors;
-        g.mapping_refreshes = c.mapping_refreshes;
-    }
-    nlohmann::ordered_json j = {{"ports", std::move(ports)}};
-    write_counters(j, Reply::stats, sum, g, {{"resolution", resolution_->stats()}});
-    return j;
-}
-
-// A listing's "limit": 1..kMaxListed, 1000 when absent.
-static uint32_t limit_arg(const nlohmann::ordered_json& req) {
-    if (!req.contains("limit")) return 1000;
-    const auto& v = req["limit"];
-    if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > kMaxListed)
-        throw MgmtError("limit: must be an integer 1.." + std::to_string(kMaxListed));
-    return v.get<uint32_t>();
-}
-
-nlohmann::ordered_json Gateway::session_list(const nlohmann::ordered_json& req) {
-    const uint32_t limit = limit_arg(req);
-    // Only the lcore may read its sessions: ask it, and wait for the answer.
-    auto req_in = std::make_unique<DpRequest>();
-    req_in->kind = DpRequest::Kind::session_dump;
-    req_in->limit = limit;
-    req_in->sessions.reserve(limit);
-    // Every worker holds its own sessions: ask each for up to `limit`, keep the first `limit`.
-    std::unique_ptr<DpRequest> r = ask_lcore(std::move(req_in), kRequestTimeout, 0);
-    for (std::size_t w = 1; w < dps_.size(); ++w) {
-        auto more = std::make_unique<DpRequest>();
-        more->kind = DpRequest::Kind::session_dump;
-        more->limit = limit;
-        more->sessions.reserve(limit);
-        more = ask_lcore(std::move(more), kRequestTimeout, w);
-        r->total += more->total;
-        for (const Session& s : more->sessions)
-            if (r->sessions.size() < limit) r->sessions.push_back(s);
-    }
-    const auto endpoint = [](uint32_t addr, uint16_t port) {
-        return format_ipv4(rte_be_to_cpu_32(addr)) + ":" + std::to_string(rte_be_to_cpu_16(port));
-    };
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const Session& s : r->sessions) {
-        const bool tcp = s.key[0].proto == IPPROTO_TCP;
-        const char* state = !tcp                                  ? "active"
-                            : s.tcp_rst || s.tcp_fin == 3        ? "closing"
-                            : s.tcp_fin != 0                     ? "half-closed"
-                            : s.replied                          ? "established"
-                                                                 : "opening";
-        list.push_back({
-            {"kind", s.kind == 0 ? "import" : "export"},
-            {"proto", tcp ? "tcp" : "udp"},
-            {"state", state},
-            {"in", {{"src", endpoint(s.key[0].src, s.key[0].sport)}, {"dst", endpoint(s.key[0].dst, s.key[0].dport)}}},
-            {"out", {{"src", endpoint(s.rw[0].src, s.rw[0].sport)}, {"dst", endpoint(s.rw[0].dst, s.rw[0].dport)}}},
-            {"idle_s", static_cast<double>(r->now_ms - std::min(r->now_ms, s.last_seen_ms)) / 1000.0},
-            {"timeout_s", s.timeout_ms / 1000},
-        });
-    }
-    return {{"sessions", list}, {"total", r->total}, {"truncated", r->total > list.size()}};
-}
-
 std::vector<const Dataplane*> Gateway::workers() const {
     std::vector<const Dataplane*> out;
     for (const auto& dp : dps_) out.push_back(dp.get());
@@ -808,6 +641,17 @@ void Gateway::pick_lcores() {
                                  "--lcores 0@0,1@1,2@1)");
 }
 
+// Each worker checks peer messages with its own table.
+void Gateway::set_worker_peers(const Config& c) {
+    for (std::size_t w = 0; w < dps_.size(); ++w) {
+        auto r = std::make_unique<DpRequest>();
+        r->kind = DpRequest::Kind::set_peers;
+        r->peers = make_peer_table(dp_peers(c), SeqClock::realtime_ns(), peer_verify_limit(c.resolve, dps_.size()));
+        for (const PeerConfig& p : c.peers) r->peer_parties.push_back(p.party_id);
+        ask_lcore(std::move(r), kRequestTimeout, w);  // comes back holding the old table, freed here
+    }
+}
+
 std::unique_ptr<DpRequest> Gateway::ask_lcore(std::unique_ptr<DpRequest> req, std::chrono::milliseconds timeout,
                                               std::size_t w) {
     DpRequest* r = req.get();
@@ -823,181 +667,6 @@ std::unique_ptr<DpRequest> Gateway::ask_lcore(std::unique_ptr<DpRequest> req, st
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return std::unique_ptr<DpRequest>(r);
-}
-
-static ProcessId pid_arg(const nlohmann::ordered_json& req, const char* cmd) {
-    if (!req.contains("pid") || !req["pid"].is_string())
-        throw MgmtError(std::string(cmd) + ": \"pid\" must be a process ID string (PARTY.NODE.LOCAL or 0xHEX)");
-    const std::string s = req["pid"].get<std::string>();
-    const auto pid = parse_process_id(s);
-    if (!pid || pid->value == 0)
-        throw MgmtError(std::string(cmd) + ": pid '" + s + "' is not a process ID (PARTY.NODE.LOCAL or 0xHEX, not 0)");
-    return *pid;
-}
-
-// The daemon's own path: the lcore's resolver, exactly as a compute process would be served.
-nlohmann::ordered_json Gateway::resolve(const nlohmann::ordered_json& req) {
-    auto r = std::make_unique<DpRequest>();
-    r->kind = DpRequest::Kind::resolve;
-    r->target = pid_arg(req, "resolve");
-    // A query finishes within its timeout; the wait allows for that and a busy lcore.
-    const auto done = ask_lcore(std::move(r), std::chrono::milliseconds(cfg_.resolve.query_timeout_ms) + kRequestTimeout);
-    nlohmann::ordered_json j = {{"target", format_process_id(done->target)},
-                                {"status", resolve_status_name(done->status)},
-                                {"source", answer_source_name(done->source)}};
-    if (done->status == ResolveStatus::ok) j["record"] = ResolutionService::record_json(done->record);
-    return j;
-}
-
-nlohmann::ordered_json Gateway::dir(const nlohmann::ordered_json& req) {
-    const std::string cmd = req.at("cmd").get<std::string>();
-    if (cmd == "dir_show") return resolution_->dir_show(pid_arg(req, "dir show"), now_ms());
-    const std::string which = req.contains("which") && req["which"].is_string() ? req["which"].get<std::string>() : "all";
-    if (which != "all" && which != "local" && which != "remote")
-        throw MgmtError("dir list: \"which\" must be \"all\", \"local\" or \"remote\"");
-    const uint32_t limit = limit_arg(req);
-    return resolution_->dir_list(which != "remote", which != "local", limit, now_ms());
-}
-
-nlohmann::ordered_json Gateway::conn_list(const nlohmann::ordered_json& req) {
-    return resolution_->conn_list(limit_arg(req), now_ms());
-}
-
-// {"type": NAME or GLOB, "level": NAME}: every matching registered type, or nothing when none match.
-nlohmann::ordered_json Gateway::log_level(const nlohmann::ordered_json& req) {
-    if (!req.contains("type") || !req["type"].is_string())
-        throw MgmtError("log_level: \"type\" must be a log type name or glob string, like \"fedgate.*\"");
-    if (!req.contains("level") || !req["level"].is_string())
-        throw MgmtError("log_level: \"level\" must be a string (" + log_level_list() + ")");
-    const std::string type = req["type"].get<std::string>(), name = req["level"].get<std::string>();
-    if (!valid_log_pattern(type))
-        throw MgmtError("log_level: type '" + type + "' is not a log type name or glob (letters, digits, '_', '.', '-', "
-                        "'*', '?', '[]')");
-    const auto level = parse_log_level(name);
-    if (!level) throw MgmtError("log_level: level '" + name + "' is not a log level (" + log_level_list() + ")");
-    const std::vector<LogTypeLevel> changed = set_log_level(type, *level);
-    if (changed.empty())
-        throw MgmtError("log_level: no registered log type " + std::string(is_glob(type) ? "matches" : "is named") + " '" +
-                        type + "' (log_list shows them)");
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const LogTypeLevel& t : changed)
-        list.push_back({{"type", t.type}, {"from", log_level_name(t.level)}, {"to", log_level_name(*level)}});
-    FG_LOG(NOTICE, gateway, "log level of %zu type(s) matching '%s' set to %s", changed.size(), type.c_str(), name.c_str());
-    return {{"changed", list}, {"global_level", log_level_name(rte_log_get_global_level())}};
-}
-
-void Gateway::apply_log_config(const LogSettings& l) {
-    if (l.level) set_log_level("fedgate.*", *l.level);
-    for (const auto& [type, level] : l.types)
-        if (set_log_level(type, level).empty())
-            throw std::runtime_error("log.types.\"" + type + "\": no registered log type " +
-                                     (is_glob(type) ? "matches it" : "has that name") +
-                                     " (fedgatectl log list shows them on a running gateway)");
-}
-
-std::shared_ptr<const Config> Gateway::live() const {
-    std::lock_guard lk(live_mu_);
-    return live_;
-}
-
-
-// Order matters: each step that can fail comes before anything that cannot be undone. The lcore's
-// peer table first (undone by swapping the old one back), then the port maps (which change nothing
-// when they fail), then what cannot fail: the announce streams, the snapshot, the log levels.
-nlohmann::ordered_json Gateway::reload() {
-    std::lock_guard serial(reload_mu_);
-    // systemd sees the reload (RELOADING=1), and READY=1 again when it is over, applied or refused.
-    service::reloading("reloading " + cfg_.source);
-    struct Ready {
-        const Gateway& gw;
-        ~Ready() { service::ready(gw.summary()); }
-    } ready_again{*this};
-    const std::shared_ptr<const Config> running = live();
-    const auto refuse = [&](const std::string& why) {
-        FG_LOG(WARNING, gateway, "reload of %s refused: %s", cfg_.source.c_str(), why.c_str());
-        return MgmtError("reload refused, nothing changed: " + why);
-    };
-    std::shared_ptr<const Config> next;
-    try {
-        next = std::make_shared<const Config>(load_config_file(cfg_.source));
-    } catch (const ConfigError& e) {
-        throw refuse(e.what());
-    }
-    const ConfigDiff diff = diff_config(*running, *next);
-    if (!diff.refused.empty()) {
-        std::string all;
-        for (const std::string& r : diff.refused) all += (all.empty() ? "" : "; ") + r;
-        throw refuse(all);
-    }
-    if (diff.log_changed)
-        for (const auto& [type, level] : next->log.types)
-            if (!log_pattern_matches(type))
-                throw refuse(cfg_.source + ": log.types.\"" + type + "\": no registered log type " +
-                             (is_glob(type) ? "matches it" : "has that name") + " (fedgatectl log list shows them)");
-
-    const auto set_lcore_peers = [&](const Config& c) {
-        for (std::size_t w = 0; w < dps_.size(); ++w) {  // each worker checks peer messages with its own table
-            auto r = std::make_unique<DpRequest>();
-            r->kind = DpRequest::Kind::set_peers;
-            r->peers = make_peer_table(dp_peers(c), SeqClock::realtime_ns(), peer_verify_limit(c.resolve, dps_.size()));
-            for (const PeerConfig& p : c.peers) r->peer_parties.push_back(p.party_id);
-            ask_lcore(std::move(r), kRequestTimeout, w);  // comes back holding the old table, freed here
-        }
-    };
-    if (diff.peers_changed) {
-        try {
-            set_lcore_peers(*next);
-        } catch (const MgmtError& e) {
-            throw refuse(std::string("the data plane did not take the new peers: ") + e.what());
-        }
-    }
-    std::vector<std::string> dropped;
-    try {
-        table_->reload(next, &dropped);
-    } catch (const MapError& e) {
-        if (diff.peers_changed) set_lcore_peers(*running);
-        throw refuse(std::string("port maps: ") + e.what());
-    }
-    if (diff.peers_changed) resolution_->reload(next, now_ms());
-    {
-        std::lock_guard lk(live_mu_);
-        live_ = next;
-    }
-    if (diff.log_changed) apply_log_config(next->log);
-    for (const ReloadChange& c : diff.changes) FG_LOG(NOTICE, gateway, "reload: %s", c.text().c_str());
-    for (const std::string& d : dropped) FG_LOG(NOTICE, gateway, "reload: %s", d.c_str());
-    nlohmann::ordered_json dropped_json = nlohmann::ordered_json::array();
-    for (const std::string& d : dropped) dropped_json.push_back(d);
-    return {{"config", cfg_.source}, {"changes", changes_json(diff.changes)}, {"dropped", dropped_json}};
-}
-
-nlohmann::ordered_json Gateway::ping(const nlohmann::ordered_json& req) {
-    if (!req.contains("dst") || !req["dst"].is_string()) throw MgmtError("ping: \"dst\" must be an IPv4 address string");
-    const auto dst = parse_ipv4(req["dst"].get<std::string>());
-    if (!dst) throw MgmtError("ping: dst '" + req["dst"].get<std::string>() + "' is not an IPv4 address");
-    if (*dst == 0 || *dst == UINT32_MAX || (*dst >> 28) == 0xe)
-        throw MgmtError("ping: dst " + format_ipv4(*dst) + " is not a unicast address");
-    for (const PortConfig& p : cfg_.ports)
-        if (p.address.addr == *dst)
-            throw MgmtError("ping: dst " + format_ipv4(*dst) + " is this gateway's own address (port " + p.name + ")");
-    const auto number = [&](const char* key, uint32_t fallback, uint32_t max) -> uint32_t {
-        if (!req.contains(key)) return fallback;
-        const auto& v = req[key];
-        if (!v.is_number_unsigned() || v.get<uint64_t>() < 1 || v.get<uint64_t>() > max)
-            throw MgmtError(std::string("ping: \"") + key + "\" must be an integer 1.." + std::to_string(max));
-        return v.get<uint32_t>();
-    };
-    const uint32_t count = number("count", 3, kMaxPingCount);
-    const uint32_t timeout = number("timeout_ms", 1000, kMaxPingTimeoutMs);
-    const PingResult r = pinger_->ping(rte_cpu_to_be_32(*dst), count, std::chrono::milliseconds(timeout));
-    nlohmann::ordered_json rtts = nlohmann::ordered_json::array();
-    for (const auto& rtt : r.rtt_ms) rtts.push_back(rtt ? nlohmann::ordered_json(*rtt) : nlohmann::ordered_json(nullptr));
-    return {{"dst", format_ipv4(*dst)},
-            {"src", format_ipv4(rte_be_to_cpu_32(r.src))},
-            {"port", cfg_.ports[r.port].name},
-            {"sent", r.sent},
-            {"received", r.received},
-            {"rtt_ms", rtts}};
 }
 
 }  // namespace fedgate

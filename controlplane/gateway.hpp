@@ -1,21 +1,22 @@
 // The gateway: one facade over everything a running fedgated owns — the EAL, its ports, the
-// data-plane lcore, the control threads and the management socket.
+// data-plane lcores, the control threads and the management socket. It starts and stops them and
+// runs the punt loop; the management commands are Commands' (commands.hpp), the running config and
+// its reload LiveConfig's (live_config.hpp).
 #pragma once
-
-#include <nlohmann/json.hpp>
 
 #include <sched.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "controlplane/commands.hpp"
 #include "controlplane/config.hpp"
+#include "controlplane/live_config.hpp"
 #include "dataplane/dataplane.hpp"
 #include "drivers/port.hpp"
 
@@ -36,9 +37,6 @@ class ResolutionService;
 class ResolveCache;
 class ClusterService;
 
-// The most entries one listing request (session_list, dir_list) returns; telemetry pages within it.
-inline constexpr uint32_t kMaxListed = 100'000;
-
 class Gateway {
 public:
     explicit Gateway(Config cfg);
@@ -51,9 +49,6 @@ public:
     // `reload_requested` (may be null): set by a SIGHUP handler; a control thread then reloads the
     // config as `fedgatectl reload` does, logging the outcome.
     int run(const std::atomic<bool>& quit, std::atomic<bool>* reload_requested = nullptr);
-
-    // One management request (already parsed); returns the result object or throws with a message.
-    nlohmann::ordered_json handle(const nlohmann::ordered_json& request);
 
 private:
     void start();   // throws std::runtime_error on any start-up failure
@@ -68,23 +63,11 @@ private:
     // Sleeps until the lcore rings the punt thread's doorbell or `deadline_ms` (the lcore's clock) comes.
     void wait_for_punts(uint64_t deadline_ms);
 
-    nlohmann::ordered_json status() const;
-    nlohmann::ordered_json stats() const;
-    // The data-plane workers, for the counter table to sum (counter_table.hpp).
+    // The data-plane workers, for the commands and the counter table to read.
     std::vector<const Dataplane*> workers() const;
-    nlohmann::ordered_json ping(const nlohmann::ordered_json& request);
-    nlohmann::ordered_json session_list(const nlohmann::ordered_json& request);
-    nlohmann::ordered_json resolve(const nlohmann::ordered_json& request);
-    nlohmann::ordered_json dir(const nlohmann::ordered_json& request);
-    nlohmann::ordered_json conn_list(const nlohmann::ordered_json& request);
-    nlohmann::ordered_json log_level(const nlohmann::ordered_json& request);
-    void apply_log_config(const LogSettings& l);  // [log]: after the EAL has registered its types
-    // `fedgatectl reload`: re-reads cfg_.source and applies its peers, mappings and log levels, or
-    // refuses the whole file (a parse error, or a change only a restart can make) changing nothing.
-    nlohmann::ordered_json reload();
-    // The config as the last reload left it. Only peers, mappings and log levels ever differ from
-    // cfg_; a reader that needs them takes this snapshot, which never changes under it.
-    std::shared_ptr<const Config> live() const;
+    // Gives every worker the peer table of `c` (a reload's first step); throws MgmtError if one does
+    // not take it in time.
+    void set_worker_peers(const Config& c);
     // Hands `r` to worker `w` and waits until it is done; throws MgmtError if it takes too long.
     std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout,
                                          std::size_t w = 0);
@@ -95,11 +78,9 @@ private:
     uint64_t now_ms() const;  // the lcore's clock
 
     // As started. A reload refuses any change to what the running gateway was built from, so every
-    // field but peers, mappings and [log] stays true; those are read from live().
+    // field but peers, mappings and [log] stays true; those are read from live_.
     const Config cfg_;
-    mutable std::mutex live_mu_;
-    std::shared_ptr<const Config> live_;  // under live_mu_
-    std::mutex reload_mu_;                // one reload at a time
+    LiveConfig live_;
     std::atomic<bool>* reload_requested_ = nullptr;
     std::chrono::steady_clock::time_point started_;
     bool eal_up_ = false;
@@ -124,6 +105,7 @@ private:
     std::vector<DpPortConfig> dp_ports_;
     std::vector<std::unique_ptr<Dataplane>> dps_;  // the workers; dps_[0] takes injected packets
     std::unique_ptr<Pinger> pinger_;
+    std::unique_ptr<Commands> commands_;  // what mgmt_, metrics_ and telemetry ask
     std::unique_ptr<MgmtServer> mgmt_;
     std::unique_ptr<MetricsServer> metrics_;  // null unless [metrics] listen is set
     std::thread punt_thread_;

@@ -76,7 +76,7 @@ protected:
         std::filesystem::remove_all(dir_);
     }
 
-    // A stats reply as Gateway::stats() makes it, from `workers` (already summed).
+    // A stats reply as Commands::stats() makes it, from `workers` (already summed).
     json stats(const CounterSnapshot& workers) const {
         json j = {{"ports", json::array({{{"name", "inside"}}, {{"name", "outside"}}})}};
         write_counters(j, Reply::stats, workers, fake_gateway(), {{"resolution", resolution_->stats()}});

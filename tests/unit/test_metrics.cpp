@@ -25,7 +25,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// A stats reply as Gateway::stats() shapes it, cut down; port "inside" has a name that needs escaping
+// A stats reply as Commands::stats() shapes it, cut down; port "inside" has a name that needs escaping
 // in its twin "we\"ird\\port\n".
 const json kStats = json::parse(R"({
   "ports": [

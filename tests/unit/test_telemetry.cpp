@@ -213,7 +213,7 @@ TEST(TelemetryData, FittedJsonIsWrittenIntoPlainMemory) {
 // ---------------------------------------------------------------------------------------------
 // The /fedgate/ replies, from canned management results.
 
-// Answers the management requests the replies make, as Gateway::handle would, and records them.
+// Answers the management requests the replies make, as Commands::handle would, and records them.
 struct FakeGateway {
     std::size_t sessions = 70, dir_entries = 40;
     std::vector<json> requests;
