@@ -154,7 +154,9 @@ ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_
     s.info = nlohmann::ordered_json{{"member", cfg.cluster.member},
                                     {"pid", static_cast<int64_t>(::getpid())},
                                     {"version", FEDGATE_VERSION},
-                                    {"started_unix_ms", started_unix_ms_}}
+                                    {"started_unix_ms", started_unix_ms_},
+                                    {"sync", cfg.cluster.sync ? nlohmann::ordered_json(cfg.cluster.sync_text())
+                                                              : nlohmann::ordered_json(nullptr)}}
                  .dump();
     election_ = std::make_unique<Election>(*loop_store_, keys_, s);
 }
@@ -178,6 +180,12 @@ void ClusterService::start(PortMapTable* table, std::function<void(bool)> on_rol
         stop_ = false;
     }
     thread_ = std::thread([this, period_ms] { loop(period_ms); });
+    if (sync_) sync_->start();
+}
+
+std::vector<SyncPeer> ClusterService::sync_peers() const {
+    std::lock_guard lk(mu_);
+    return sync_peers_;
 }
 
 void ClusterService::stop() {
@@ -186,6 +194,7 @@ void ClusterService::stop() {
         stop_ = true;
     }
     wake_.notify_all();
+    if (sync_) sync_->stop();
     if (thread_.joinable()) {
         thread_.join();
         const bool was = election_->active();
@@ -247,11 +256,16 @@ void ClusterService::loop(uint64_t period_ms) {
         }
 
         nlohmann::ordered_json members = nlohmann::ordered_json::array();
+        std::vector<SyncPeer> sync_peers;
         for (const KvEntry& m : election_->members()) {
             const std::string name = m.key.substr(keys_.members().size());
             auto info = nlohmann::ordered_json::parse(m.value, nullptr, false);
             if (info.is_discarded()) info = nullptr;
             members.push_back({{"member", name}, {"active", name == election_->leader()}, {"info", info}});
+            if (name == cfg_.cluster.member || !info.is_object() || !info.contains("sync") || !info["sync"].is_string())
+                continue;
+            if (const auto ep = parse_endpoint(info["sync"].get<std::string>()); ep && ep->first != 0 && ep->second != 0)
+                sync_peers.push_back({name, ep->first, ep->second, name == election_->leader()});
         }
         nlohmann::ordered_json lease = nullptr;
         if (election_->lease() != 0) {
@@ -261,6 +275,7 @@ void ClusterService::loop(uint64_t period_ms) {
             lease = {{"id", id}, {"ttl_s", cfg_.cluster.lease_ttl_s}, {"renewed_ms_ago", ok == 0 ? 0 : mono_ms() - ok}};
         }
         std::lock_guard lk(mu_);
+        sync_peers_ = std::move(sync_peers);
         counters_.became_active = election_->became_active();
         counters_.stepped_down = election_->stepped_down();
         counters_.lease_renewals = election_->lease_renewals();
@@ -286,7 +301,9 @@ bool ClusterService::store_healthy() const {
 
 ClusterCounters ClusterService::counters() const {
     std::lock_guard lk(mu_);
-    return counters_;
+    ClusterCounters c = counters_;
+    if (sync_) c.sync = sync_->counters();
+    return c;
 }
 
 nlohmann::ordered_json ClusterService::status() const {
@@ -306,6 +323,7 @@ nlohmann::ordered_json ClusterService::status() const {
             {"members", snapshot_.contains("members") ? snapshot_["members"] : nlohmann::ordered_json::array()},
             {"store", store},
             {"last_failover", get("last_failover")},
+            {"sessions", sync_ ? sync_->status() : nlohmann::ordered_json(nullptr)},
             {"counters",
              {{"became_active", counters_.became_active},
               {"stepped_down", counters_.stepped_down},

@@ -21,6 +21,7 @@
 #include "controlplane/kv_store.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/resolution.hpp"
+#include "controlplane/session_sync.hpp"
 
 namespace fedgate {
 
@@ -58,6 +59,7 @@ private:
 
 struct ClusterCounters {
     uint64_t became_active = 0, stepped_down = 0, lease_renewals = 0, store_errors = 0, mapping_refreshes = 0;
+    SyncCounters sync;  // zeros without [cluster] sync
 };
 
 class ClusterService {
@@ -80,6 +82,10 @@ public:
     // mappings watched as often, the store's
     // endpoints checked every second. `on_role(active)` runs on the loop's thread at each change.
     void start(PortMapTable* table, std::function<void(bool active)> on_role, uint64_t period_ms = 100);
+    // The session-event channel ([cluster] sync), before start(); it runs while this does.
+    void set_session_sync(std::unique_ptr<SessionSync> sync) { sync_ = std::move(sync); }
+    // The other members that publish a sync address, as the store showed them last (any thread).
+    std::vector<SyncPeer> sync_peers() const;
     // Stops the loop and resigns: a clean stop hands the group over at once.
     void stop();
 
@@ -100,6 +106,7 @@ private:
     std::unique_ptr<StoreMapState> map_state_owned_;
     StoreMapState* map_state_ = nullptr;
     std::unique_ptr<Election> election_;  // on the loop's thread only
+    std::unique_ptr<SessionSync> sync_;
     PortMapTable* table_ = nullptr;
     std::function<void(bool)> on_role_;
     std::thread thread_;
@@ -112,6 +119,7 @@ private:
     mutable std::mutex mu_;
     nlohmann::ordered_json snapshot_;
     std::vector<EndpointHealth> endpoints_;
+    std::vector<SyncPeer> sync_peers_;
     bool healthy_ = false;
     std::string mapping_error_;
     ClusterCounters counters_;

@@ -97,6 +97,10 @@ const PortConfig* Config::port(PortRoleCfg role) const {
     return nullptr;
 }
 
+std::string ClusterSettings::sync_text() const {
+    return sync ? format_ipv4(sync->first) + ":" + std::to_string(sync->second) : std::string();
+}
+
 std::string MetricsSettings::listen_text() const {
     return listen ? format_ipv4(listen->first) + ":" + std::to_string(listen->second) : std::string();
 }
@@ -555,7 +559,7 @@ void read_metrics(const std::string& file, const toml::table& t, MetricsSettings
 }
 
 void read_cluster(const std::string& file, const toml::table& t, ClusterSettings& s) {
-    TableReader r(file, t, "cluster", {"etcd", "member", "lease_ttl_s"});
+    TableReader r(file, t, "cluster", {"etcd", "member", "lease_ttl_s", "sync"});
     if (t.empty()) return;  // no [cluster]: alone
     // Types first, so a wrong one is named before a missing key is.
     (void)r.string("member", false);
@@ -566,6 +570,15 @@ void read_cluster(const std::string& file, const toml::table& t, ClusterSettings
         if (const std::string why = endpoint_url_problem(url); !why.empty()) r.fail("etcd", "'" + url + "' " + why);
     s.member = *r.string("member", true);
     if (!valid_name(s.member)) r.fail("member", "'" + s.member + "' must be 1-32 of A-Z a-z 0-9 _ -");
+    const auto sync = r.string("sync", false);
+    if (!sync || sync->empty()) return;  // no session events
+    const auto ep = parse_endpoint(*sync);
+    if (!ep || ep->second == 0)
+        r.fail("sync", "'" + *sync + "' is not IP:PORT, like 198.18.250.21:7960 (this member's address on the "
+                       "management network; no key: no session events)");
+    if (ep->first == 0 || (ep->first >> 28) == 0xe || ep->first == UINT32_MAX)
+        r.fail("sync", "'" + *sync + "' is not a unicast address: the other members send to it");
+    s.sync = ep;
 }
 
 Proto read_proto(TableReader& r) {

@@ -219,6 +219,10 @@ struct ClusterSettings {
     std::vector<std::string> etcd;  // endpoint URLs, "http://IP:PORT"
     std::string member;             // this gateway's name in the group
     uint32_t lease_ttl_s = kDefaultLeaseTtlS;
+    // Where this member sends and takes session events (a kernel UDP socket on the management
+    // network, host-order IPv4 and port); none: no session events.
+    std::optional<std::pair<uint32_t, uint16_t>> sync;
+    std::string sync_text() const;  // "IP:PORT", or "" when off
     bool enabled() const { return !etcd.empty(); }
     std::string endpoints_text() const;  // "URL,URL,..." 
     bool operator==(const ClusterSettings&) const = default;

@@ -125,6 +125,7 @@ ConfigDiff diff_config(const Config& a, const Config& b) {
     r.field("cluster", "etcd", a.cluster.etcd, b.cluster.etcd);
     r.field("cluster", "member", a.cluster.member, b.cluster.member);
     r.field("cluster", "lease_ttl_s", a.cluster.lease_ttl_s, b.cluster.lease_ttl_s);
+    r.field("cluster", "sync", a.cluster.sync_text(), b.cluster.sync_text());
 
     diff_peers(a, b, d);
     diff_mappings(a.imports, b.imports, "import", d);

@@ -118,6 +118,7 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
                 throw std::invalid_argument("neighbour table too small for the static neighbours");
     }
     if (shared.roce != nullptr) roce_port_be_ = rte_cpu_to_be_16(kRoceV2Port);
+    nat_.log_events(rings.session_events != nullptr);
     standby_src_ = shared.standby;
     standby_ = standby_src_ != nullptr && standby_src_->load(std::memory_order_acquire);
     if (shared.cache != nullptr && cfg.resolve.port != 0) {
@@ -239,11 +240,20 @@ uint32_t Dataplane::poll_once() {
     }
 
     housekeeping(handled != 0);
+    if (!nat_.events().empty()) flush_session_events();
     if (hand_out_) flush_hand_offs();
     flush();
     wake_control();
     if (handled != 0) counters_.busy_polls.add();
     return handled;
+}
+
+void Dataplane::flush_session_events() {
+    const std::span<const SessionEvent> ev = nat_.events();
+    const unsigned n = rte_ring_mp_enqueue_burst_elem(rings_.session_events, ev.data(), sizeof(SessionEvent),
+                                                      static_cast<unsigned>(ev.size()), nullptr);
+    if (n < ev.size()) nat_.events_lost(static_cast<uint32_t>(ev.size() - n));
+    nat_.clear_events();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -156,6 +156,8 @@ struct LcoreWake {
 //  requests: control -> lcore, DpRequest pointers: questions only the lcore can answer (its tables);
 //          one ring per worker
 //  events: lcore -> control, ResolveEvent elements (not mbufs); multi-producer like punt
+//  session_events: lcore -> control, SessionEvent elements: each session opened and closed, for
+//          the group's standby members ([cluster] sync); null: none logged. Multi-producer.
 // Punted resolution messages (registrations; peers' announce, withdraw, ack, sync) have passed the
 // lcore's checks: a peer message reaches the control threads only with a good MAC and fresh seq.
 struct DpRings {
@@ -165,6 +167,7 @@ struct DpRings {
     rte_ring* events = nullptr;
     ControlWake* wake = nullptr;  // null: nobody sleeps on punt/events (tests that poll them)
     LcoreWake* bell = nullptr;    // this lcore's doorbell; null: its waits end on traffic or time only
+    rte_ring* session_events = nullptr;
 };
 
 // A question to the lcore. The control thread sizes `sessions` (reserve) before it asks, so the
@@ -347,6 +350,7 @@ private:
     // Timers and the idle-session sweep, a bounded slice per busy poll (see kHousekeepingSlice).
     void housekeeping(bool busy);
     void publish_gauges();  // the gauges the control threads read
+    void flush_session_events();  // the NAT's event log to rings_.session_events; what does not fit is lost
     uint64_t now_ms() const;
     bool rings_have_work() const;  // requests, inject or hand-offs waiting (the doorbell's last look)
 

@@ -161,6 +161,7 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
     uint8_t* l4 = l3 + ihl;
     Session* s = nullptr;
     uint8_t dir = 0;
+    bool opened = false;
 
     // A hash from prefetch() alone has slot 0 above it: find() checks whatever slot it is given.
     const SessionTable::Hit hit = flow_hash == kNoFlowHash
@@ -197,6 +198,7 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
             v.reason = why;
             return v;
         }
+        opened = true;
     }
 
     if (l3[8] <= 1) {  // TTL: the packet would leave with 0
@@ -205,6 +207,7 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
         return v;
     }
     track(*s, dir, l4, p.ip_proto, now_ms);
+    if (opened) log_event(*s, SessionEvent::opened);  // with the timeout its first packet set
     NatRewrite& rw = s->rw[dir];
     if (cfg_.mss_clamp != 0 && p.ip_proto == kIpProtoTcp && (l4[13] & kTcpSyn)) {
         const uint16_t hlen = static_cast<uint16_t>(p.payload_offset - p.l4_offset);
@@ -342,6 +345,20 @@ Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port,
     return s;
 }
 
+SessionEvent Nat::event_of(const Session& s, SessionEvent::Type type) {
+    SessionEvent e;
+    e.type = type;
+    e.proto = s.key[0].proto;
+    e.kind = s.kind;
+    e.out_port = static_cast<uint8_t>(s.rw[0].out_port);
+    e.in_src = s.key[0].src, e.in_dst = s.key[0].dst;
+    e.in_sport = s.key[0].sport, e.in_dport = s.key[0].dport;
+    e.out_src = s.rw[0].src, e.out_dst = s.rw[0].dst;
+    e.out_sport = s.rw[0].sport, e.out_dport = s.rw[0].dport;
+    e.timeout_ms = s.timeout_ms;
+    return e;
+}
+
 bool Nat::clamp_mss(uint8_t* tcp, uint16_t len, uint16_t mss) {
     for (uint16_t i = 20; i + 1 < len;) {
         const uint8_t kind = tcp[i];
@@ -453,6 +470,7 @@ Nat::Verdict Nat::handle_icmp_error(uint8_t* l3, const ParsedPacket& p) {
 
 uint32_t Nat::expire(uint64_t now_ms, uint32_t budget) {
     const uint32_t n = sessions_.sweep(now_ms, budget, [this](Session& s) {
+        log_event(s, SessionEvent::closed);
         pools_[s.alloc_pool][static_cast<int>(l4_of(s.key[0].proto))].give(s.alloc_port);
     });
     counters_.sessions_expired.add(n);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "dataplane/counters.hpp"
@@ -69,8 +70,26 @@ struct NatPort {
     uint32_t addr = 0;
 };
 
+// A session opened or closed, as a standby member of the party's group could mirror it ([cluster]
+// sync): the flow as it arrived (`in`) and as the gateway sends it on (`out`). Addresses and ports
+// network order; `out_port` is the gateway's port index the flow leaves by.
+struct SessionEvent {
+    enum Type : uint8_t { opened = 1, closed = 2 };
+    uint8_t type = 0;
+    uint8_t proto = 0;
+    uint8_t kind = 0;  // 0 import, 1 export
+    uint8_t out_port = 0;
+    uint32_t in_src = 0, in_dst = 0;
+    uint16_t in_sport = 0, in_dport = 0;
+    uint32_t out_src = 0, out_dst = 0;
+    uint16_t out_sport = 0, out_dport = 0;
+    uint32_t timeout_ms = 0;
+};
+static_assert(sizeof(SessionEvent) == 32);
+
 struct alignas(64) NatCounters {
     Counter sessions_created, sessions_expired, sessions_refused_full;
+    Counter session_events_lost;  // opened/closed events the log or the ring to the control threads had no room for
     Counter port_alloc_miss;
     Counter translated;
     Counter icmp_errors_translated;
@@ -122,6 +141,15 @@ public:
     // Expires idle sessions, looking at up to `budget` of them.
     uint32_t expire(uint64_t now_ms, uint32_t budget);
 
+    // Session events ([cluster] sync): off until log_events(true); then every session opened and
+    // closed is logged here, up to kEventLog between clear_events() calls (more are counted lost).
+    static constexpr uint32_t kEventLog = 512;
+    void log_events(bool on) { log_events_ = on; }
+    std::span<const SessionEvent> events() const { return {events_, events_len_}; }
+    void clear_events() { events_len_ = 0; }
+    void events_lost(uint32_t n) { counters_.session_events_lost.add(n); }
+    static SessionEvent event_of(const Session& s, SessionEvent::Type type);
+
     const NatCounters& counters() const { return counters_; }
     const SessionTable& sessions() const { return sessions_; }
     const PortPool& pool(Pool p, L4Proto proto) const { return pools_[static_cast<int>(p)][static_cast<int>(proto)]; }
@@ -147,6 +175,11 @@ private:
                   uint8_t kind, uint64_t now_ms, DropReason* why);
     bool alloc_port(Pool pool, L4Proto proto, const FlowKey& reverse, uint16_t* sport);
     void track(Session& s, uint8_t dir, const uint8_t* l4, uint8_t proto, uint64_t now_ms);
+    void log_event(const Session& s, SessionEvent::Type type) {
+        if (!log_events_) return;
+        if (events_len_ == kEventLog) return counters_.session_events_lost.add();
+        events_[events_len_++] = event_of(s, type);
+    }
     int port_index(bool external) const;
 
     NatConfig cfg_;
@@ -157,6 +190,9 @@ private:
     SessionTable sessions_;
     PortPool pools_[2][kL4Protos];
     NatCounters counters_;
+    bool log_events_ = false;
+    uint32_t events_len_ = 0;
+    SessionEvent events_[kEventLog];
 };
 
 }  // namespace fedgate

@@ -1452,6 +1452,17 @@ int run_cluster_status(const Invocation& inv) {
                 << "\n";
     else
         inv.out << "last failover none\n";
+    const Json& ss = member(r, "sessions");
+    if (ss.is_object()) {
+        inv.out << "session events on " << field(ss, "sync") << ": sent " << field(ss, "events_sent") << ", received "
+                << field(ss, "events_received") << ", missed " << field(ss, "events_missed") << ", rejected "
+                << field(ss, "rejected") << "; mirrored " << field(ss, "mirrored") << " session(s)";
+        if (const Json& from = member(ss, "mirrored_from"); from.is_array())
+            for (const auto& m : from) inv.out << ", " << field(m, "sessions") << " from " << field(m, "member");
+        inv.out << "\n";
+    } else {
+        inv.out << "session events off\n";
+    }
     return 0;
 }
 

@@ -135,9 +135,10 @@ key = "$KEY"
 ${9:-}
 EOF
 }
-member_of() { printf '\n[cluster]\netcd = ["%s"]\nmember = "%s"\nlease_ttl_s = 2\n' "${ETCD_URLS[0]}\", \"${ETCD_URLS[1]}\", \"${ETCD_URLS[2]}" "$1"; }
-write_conf a1 alpha 1 198.18.1.1/24 198.19.0.1/24 beta 2 198.19.0.2 "$(member_of a1)"
-write_conf a2 alpha 1 198.18.1.1/24 198.19.0.1/24 beta 2 198.19.0.2 "$(member_of a2)"
+# member_of NAME MGMT_IP — the [cluster] section; session events on the management network
+member_of() { printf '\n[cluster]\netcd = ["%s"]\nmember = "%s"\nlease_ttl_s = 2\nsync = "%s:7960"\n' "${ETCD_URLS[0]}\", \"${ETCD_URLS[1]}\", \"${ETCD_URLS[2]}" "$1" "$2"; }
+write_conf a1 alpha 1 198.18.1.1/24 198.19.0.1/24 beta 2 198.19.0.2 "$(member_of a1 198.18.250.21)"
+write_conf a2 alpha 1 198.18.1.1/24 198.19.0.1/24 beta 2 198.19.0.2 "$(member_of a2 198.18.250.22)"
 write_conf b beta 2 198.18.2.1/24 198.19.0.2/24 alpha 1 198.19.0.1 \
     "$(printf '\n[[export]]\ncluster = "c1"\nproto = "tcp"\nport = 9000\nnode = "198.18.2.10:8000"\nallow_parties = ["alpha"]\n')"
 for g in a1 a2 b; do mkdir -p "$WORK/$g-state"; done
@@ -181,6 +182,24 @@ check "a1 translated it" eval '(($(js a1 "r[\"nat\"][\"translated\"]" stats) > 0
 check "a2 translated nothing" eq "$(js a2 "r['nat']['translated']" stats)" 0
 check "a2 answered no ARP" eq "$(js a2 "r['arp']['replies_sent']" stats)" 0
 check "a2 counted what it held back as cluster_standby" eval '(($(js a2 "r[\"drops_by_reason\"][\"cluster_standby\"]" stats) > 0))'
+
+# ---- session events: the standby mirrors the active's sessions ------------------------------------------
+sessions_of() { js "$1" "r['total']" session list; }
+mirrored() { js "$1" "r['sessions']['mirrored']" cluster status; }
+check "a1 sent its session events" eval '(($(js a1 "r[\"sessions\"][\"events_sent\"]" cluster status) > 0))'
+check "a2 mirrors every session a1 holds" wait_for "a2's mirror to match a1's sessions" \
+    eval '(( $(sessions_of a1) > 0 && $(mirrored a2) == $(sessions_of a1) ))'
+check "fedgatectl cluster status prints the mirror" eval 'ctl a2 cluster status | grep -q "^session events on 198.18.250.22:7960: sent 0, .* from a1$"'
+check "a2's mirror names a1" eq "$(js a2 "r['sessions']['mirrored_from'][0]['member']" cluster status)" a1
+check "stats count the events both ways" eq "$(js a1 "str(r['cluster']['session_events_sent'] > 0)" stats) $(js a2 "str(r['cluster']['session_events_received'] > 0) + ' ' + str(r['cluster']['sessions_mirrored'])" stats)" "True True $(sessions_of a1)"
+check "a1 lost no session event" eq "$(js a1 "r['nat']['session_events_lost']" stats)" 0
+# A forged datagram on a2's sync address, from an address that is not a member's: counted, dropped.
+forge() { nsx "$P-a1" python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(("198.18.250.21",7961)); s.sendto(bytes.fromhex(sys.argv[1]),("198.18.250.22",7960))' "$1"; }
+before=$(mirrored a2)
+forge "4647534501010102613100000000000000070000000000000000000001060001c6120a0ac6120101138913880000000000000000000000000000ffff"
+check "a2 drops a session-event datagram from a non-member's address" wait_for "a2 to count it" \
+    eval '(($(js a2 "r[\"sessions\"][\"rejected\"]" cluster status) >= 1))'
+check "the forged datagram changed nothing" eq "$(mirrored a2)" "$before"
 
 # ---- a process registered at the active: in the store before it hears "ok" --------------------------
 NODE=$BUILD/tools/fedgate-node
@@ -281,6 +300,8 @@ check "a1 restarted stands by" wait_for "a1 to stand by" is_role a1 standby
 check "a1 holds every mapping the group added" wait_for "a1's mappings" \
     eval '[[ $(js a1 "sorted(m[\"port\"] for m in r[\"imports\"])" map list) == "[8080, 8081, 8082]" ]]'
 check "curl still goes through a2" fetch_ok 3
+check "a1 restarted asked a2 for its sessions and got them (a resync)" wait_for "a1's mirror of a2" \
+    eval '(( $(js a2 "r[\"sessions\"][\"resyncs_sent\"]" cluster status) >= 1 && $(mirrored a1) > 0 && $(mirrored a1) == $(sessions_of a2) ))'
 
 echo "cluster.sh: $LAB_FAILURES failure(s)"
 ((LAB_FAILURES == 0))

@@ -523,6 +523,26 @@ TEST(ClusterConfig, ReadsEndpointsMemberAndLease) {
     const fedgate::Config dflt =
         fedgate::parse_config(with_cluster("[cluster]\netcd = [\"http://198.18.250.11:2379\"]\nmember = \"m\""), "t");
     EXPECT_EQ(dflt.cluster.lease_ttl_s, fedgate::kDefaultLeaseTtlS);
+    EXPECT_FALSE(dflt.cluster.sync) << "no sync key: no session events";
+    const fedgate::Config sync = fedgate::parse_config(
+        with_cluster("[cluster]\netcd = [\"http://198.18.250.11:2379\"]\nmember = \"m\"\nsync = \"198.18.250.21:7960\""), "t");
+    ASSERT_TRUE(sync.cluster.sync);
+    EXPECT_EQ(sync.cluster.sync_text(), "198.18.250.21:7960");
+}
+
+TEST(ClusterConfig, ABadSyncAddressIsNamed) {
+    const auto with_sync = [](const std::string& v) {
+        return config_error(with_cluster("[cluster]\netcd = [\"http://h:2379\"]\nmember = \"m\"\nsync = \"" + v + "\""));
+    };
+    for (const char* bad : {"198.18.250.21", "198.18.250.21:0", "host:7960", "198.18.250.21:70000"}) {
+        const std::string e = with_sync(bad);
+        EXPECT_NE(e.find("cluster.sync"), std::string::npos) << bad << ": " << e;
+        EXPECT_NE(e.find(std::string("'") + bad + "' is not IP:PORT"), std::string::npos) << bad << ": " << e;
+    }
+    for (const char* bad : {"0.0.0.0:7960", "224.0.0.1:7960", "255.255.255.255:7960"}) {
+        const std::string e = with_sync(bad);
+        EXPECT_NE(e.find("is not a unicast address"), std::string::npos) << bad << ": " << e;
+    }
 }
 
 TEST(ClusterConfig, BadValuesAreNamed) {

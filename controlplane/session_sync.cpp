@@ -1,0 +1,398 @@
+// Session events between a group's members (session_sync.hpp): the wire format, the mirror, and the
+// thread that sends, receives and resyncs.
+#include "controlplane/session_sync.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "controlplane/config.hpp"
+#include "controlplane/log.hpp"
+
+namespace fedgate {
+namespace {
+
+constexpr char kMagic[4] = {'F', 'G', 'S', 'E'};
+constexpr std::size_t kEventBytes = 32;
+constexpr uint64_t kResyncGapMs = 1000;  // a member asks (and is answered) at most this often
+constexpr int kPollMs = 20;              // how long the loop waits for a datagram between sends
+
+uint64_t mono_ms() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+uint64_t get_be(const uint8_t* p, int bytes) {
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v = v << 8 | p[i];
+    return v;
+}
+template <typename T>
+T get_raw(const uint8_t* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+std::string addr_text(uint32_t addr, uint16_t port) { return format_ipv4(addr) + ":" + std::to_string(port); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Wire format.
+
+std::vector<uint8_t> SyncDatagram::encode() const {
+    std::vector<uint8_t> b(8 + member.size() + 18 + events.size() * kEventBytes);
+    uint8_t* p = b.data();
+    const auto be = [&p](uint64_t v, int bytes) {
+        for (int i = bytes - 1; i >= 0; --i) *p++ = static_cast<uint8_t>(v >> (8 * i));
+    };
+    const auto raw = [&p](const void* v, std::size_t n) {  // fields already in network order
+        std::memcpy(p, v, n);
+        p += n;
+    };
+    raw(kMagic, 4);
+    *p++ = kVersion;
+    *p++ = static_cast<uint8_t>(kind);
+    *p++ = flags;
+    *p++ = static_cast<uint8_t>(member.size());
+    raw(member.data(), member.size());
+    be(boot, 8);
+    be(seq, 8);
+    be(events.size(), 2);
+    for (const SessionEvent& e : events) {
+        *p++ = e.type, *p++ = e.proto, *p++ = e.kind, *p++ = e.out_port;
+        raw(&e.in_src, 4), raw(&e.in_dst, 4), raw(&e.in_sport, 2), raw(&e.in_dport, 2);
+        raw(&e.out_src, 4), raw(&e.out_dst, 4), raw(&e.out_sport, 2), raw(&e.out_dport, 2);
+        be(e.timeout_ms, 4);
+    }
+    return b;
+}
+
+std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, std::string* why) {
+    const auto bad = [&](const std::string& w) -> std::optional<SyncDatagram> {
+        if (why != nullptr) *why = w;
+        return std::nullopt;
+    };
+    if (in.size() < 8 || std::memcmp(in.data(), kMagic, 4) != 0) return bad("not a session-event datagram");
+    if (in[4] != kVersion) return bad("version " + std::to_string(in[4]) + " (this gateway speaks 1)");
+    SyncDatagram d;
+    if (in[5] < 1 || in[5] > 3) return bad("kind " + std::to_string(in[5]));
+    d.kind = static_cast<Kind>(in[5]);
+    d.flags = in[6];
+    const std::size_t name_len = in[7];
+    if (name_len == 0 || name_len > 32) return bad("member name of " + std::to_string(name_len) + " bytes");
+    const std::size_t head = 8 + name_len + 18;
+    if (in.size() < head) return bad("cut short in its header");
+    d.member.assign(reinterpret_cast<const char*>(in.data() + 8), name_len);
+    if (!valid_name(d.member)) return bad("member name is not 1-32 of A-Z a-z 0-9 _ -");
+    const uint8_t* p = in.data() + 8 + name_len;
+    d.boot = get_be(p, 8);
+    d.seq = get_be(p + 8, 8);
+    const std::size_t count = get_be(p + 16, 2);
+    if (count > kMaxEvents) return bad(std::to_string(count) + " events (at most " + std::to_string(kMaxEvents) + ")");
+    if (in.size() != head + count * kEventBytes)
+        return bad(std::to_string(in.size()) + " bytes for " + std::to_string(count) + " events");
+    if (d.kind == Kind::resync_request && count != 0) return bad("a resync request with events");
+    p = in.data() + head;
+    for (std::size_t i = 0; i < count; ++i, p += kEventBytes) {
+        SessionEvent e;
+        e.type = p[0], e.proto = p[1], e.kind = p[2], e.out_port = p[3];
+        if (e.type != SessionEvent::opened && e.type != SessionEvent::closed)
+            return bad("event " + std::to_string(i) + ": type " + std::to_string(e.type));
+        if (e.proto != 6 && e.proto != 17) return bad("event " + std::to_string(i) + ": protocol " + std::to_string(e.proto));
+        if (e.kind > 1) return bad("event " + std::to_string(i) + ": kind " + std::to_string(e.kind));
+        e.in_src = get_raw<uint32_t>(p + 4), e.in_dst = get_raw<uint32_t>(p + 8);
+        e.in_sport = get_raw<uint16_t>(p + 12), e.in_dport = get_raw<uint16_t>(p + 14);
+        e.out_src = get_raw<uint32_t>(p + 16), e.out_dst = get_raw<uint32_t>(p + 20);
+        e.out_sport = get_raw<uint16_t>(p + 24), e.out_dport = get_raw<uint16_t>(p + 26);
+        e.timeout_ms = static_cast<uint32_t>(get_be(p + 28, 4));
+        if (d.kind == Kind::snapshot && e.type != SessionEvent::opened)
+            return bad("event " + std::to_string(i) + ": a snapshot holds open sessions only");
+        d.events.push_back(e);
+    }
+    return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mirror.
+
+void SessionMirror::put(From& f, const SessionEvent& e) {
+    const Key k{e.in_src, e.in_dst, e.in_sport, e.in_dport, e.proto};
+    if (e.type == SessionEvent::closed) {
+        f.sessions.erase(k);
+        return;
+    }
+    const auto it = f.sessions.find(k);
+    if (it != f.sessions.end()) {
+        it->second = e;
+        return;
+    }
+    if (total() >= max_) {
+        ++counters_.full;
+        return;
+    }
+    f.sessions.emplace(k, e);
+}
+
+bool SessionMirror::apply(const SyncDatagram& d) {
+    if (d.kind == SyncDatagram::Kind::resync_request) return false;
+    ++counters_.datagrams_received;
+    counters_.events_received += d.events.size();
+    bool resync = false;
+    auto [it, fresh] = from_.try_emplace(d.member);
+    From& f = it->second;
+    if (fresh || f.boot != d.boot) {  // a run we have not heard from: start over
+        f.sessions.clear();
+        f.boot = d.boot;
+        f.next_seq = d.seq;
+        resync = d.kind == SyncDatagram::Kind::events && d.seq != 0;
+    }
+    if (d.kind == SyncDatagram::Kind::snapshot) {
+        if (d.flags & SyncDatagram::kFirst) {
+            f.sessions.clear();
+            f.next_seq = d.seq;  // events the sender sent before it took the table are in it
+        }
+        for (const SessionEvent& e : d.events) put(f, e);
+        return resync;
+    }
+    const uint64_t end = d.seq + d.events.size();
+    if (end <= f.next_seq && !d.events.empty()) {
+        ++counters_.duplicates;
+        return resync;
+    }
+    if (d.seq > f.next_seq) {
+        counters_.events_missed += d.seq - f.next_seq;
+        resync = true;
+    }
+    for (std::size_t i = f.next_seq > d.seq ? f.next_seq - d.seq : 0; i < d.events.size(); ++i) put(f, d.events[i]);
+    f.next_seq = std::max(f.next_seq, end);
+    return resync;
+}
+
+std::size_t SessionMirror::sessions(const std::string& member) const {
+    const auto it = from_.find(member);
+    return it == from_.end() ? 0 : it->second.sessions.size();
+}
+
+std::size_t SessionMirror::total() const {
+    std::size_t n = 0;
+    for (const auto& [_, f] : from_) n += f.sessions.size();
+    return n;
+}
+
+nlohmann::ordered_json SessionMirror::from_json() const {
+    nlohmann::ordered_json a = nlohmann::ordered_json::array();
+    for (const auto& [member, f] : from_) a.push_back({{"member", member}, {"boot", f.boot}, {"sessions", f.sessions.size()}});
+    return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The channel.
+
+SessionSync::SessionSync(std::string member, std::pair<uint32_t, uint16_t> listen, std::size_t max_mirrored, Io io)
+    : member_(std::move(member)), listen_(listen), io_(std::move(io)),
+      boot_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count())),
+      mirror_(max_mirrored) {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw std::runtime_error(std::string("[cluster] sync: socket: ") + std::strerror(errno));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(listen_.first);
+    sa.sin_port = htons(listen_.second);
+    if (::bind(fd_, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
+        const int e = errno;
+        ::close(fd_);
+        fd_ = -1;
+        throw std::runtime_error("[cluster] sync: cannot bind " + addr_text(listen_.first, listen_.second) + ": " +
+                                 std::strerror(e) + " (it must be one of this host's addresses on the management network)");
+    }
+}
+
+SessionSync::~SessionSync() {
+    stop();
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void SessionSync::start() {
+    stop_ = false;
+    thread_ = std::thread([this] { loop(); });
+}
+
+void SessionSync::stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+}
+
+void SessionSync::loop() {
+    while (!stop_.load(std::memory_order_relaxed)) {
+        pollfd p{fd_, POLLIN, 0};
+        (void)::poll(&p, 1, kPollMs);
+        peers_ = io_.peers();
+        receive();
+        send_events();
+        ask_for_resyncs(mono_ms());
+    }
+}
+
+std::optional<SyncPeer> SessionSync::peer_at(uint32_t addr, uint16_t port) const {
+    for (const SyncPeer& p : peers_)
+        if (p.addr == addr && p.port == port) return p;
+    return std::nullopt;
+}
+
+void SessionSync::send_to(const SyncPeer& p, const SyncDatagram& d) {
+    const std::vector<uint8_t> b = d.encode();
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(p.addr);
+    sa.sin_port = htons(p.port);
+    const bool ok = ::sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) ==
+                    static_cast<ssize_t>(b.size());
+    std::lock_guard lk(mu_);
+    if (!ok) ++counters_.send_errors;
+    else ++counters_.datagrams_sent;
+}
+
+void SessionSync::send_events() {
+    SessionEvent buf[SyncDatagram::kMaxEvents];
+    for (int round = 0; round < 64; ++round) {  // at most 2,560 events a turn, so receiving goes on
+        const std::size_t n = io_.take(buf, SyncDatagram::kMaxEvents);
+        if (n == 0) return;
+        SyncDatagram d;
+        d.kind = SyncDatagram::Kind::events;
+        d.member = member_;
+        d.boot = boot_;
+        d.seq = seq_;
+        d.events.assign(buf, buf + n);
+        seq_ += n;
+        for (const SyncPeer& p : peers_) send_to(p, d);
+        std::lock_guard lk(mu_);
+        counters_.events_sent += n;
+    }
+}
+
+void SessionSync::send_snapshot(const SyncPeer& p) {
+    const std::vector<SessionEvent> all = io_.dump();
+    SyncDatagram d;
+    d.kind = SyncDatagram::Kind::snapshot;
+    d.member = member_;
+    d.boot = boot_;
+    d.seq = seq_;
+    std::size_t i = 0;
+    do {
+        const std::size_t n = std::min(SyncDatagram::kMaxEvents, all.size() - i);
+        d.events.assign(all.begin() + static_cast<std::ptrdiff_t>(i), all.begin() + static_cast<std::ptrdiff_t>(i + n));
+        d.flags = static_cast<uint8_t>((i == 0 ? SyncDatagram::kFirst : 0) | (i + n == all.size() ? SyncDatagram::kLast : 0));
+        send_to(p, d);
+        i += n;
+    } while (i < all.size());
+    FG_LOG(INFO, gateway, "cluster: sent member %s our %zu sessions (resync)", p.member.c_str(), all.size());
+    std::lock_guard lk(mu_);
+    ++counters_.resyncs_sent;
+}
+
+void SessionSync::receive() {
+    uint8_t buf[2048];
+    for (int i = 0; i < 256; ++i) {
+        sockaddr_in from{};
+        socklen_t len = sizeof from;
+        const ssize_t n = ::recvfrom(fd_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len);
+        if (n < 0) return;  // EAGAIN: nothing more now
+        const uint32_t addr = ntohl(from.sin_addr.s_addr);
+        const uint16_t port = ntohs(from.sin_port);
+        std::string why;
+        const auto d = SyncDatagram::decode({buf, static_cast<std::size_t>(n)}, &why);
+        const auto peer = peer_at(addr, port);
+        if (!d || !peer || peer->member != d->member) {
+            if (d && !peer) why = "not from a member's sync address";
+            else if (d) why = "names member " + d->member + ", but comes from " + peer->member + "'s address";
+            FG_LOG(DEBUG, gateway, "cluster: session-event datagram from %s dropped: %s", addr_text(addr, port).c_str(),
+                   why.c_str());
+            std::lock_guard lk(mu_);
+            ++counters_.rejected;
+            continue;
+        }
+        if (d->kind == SyncDatagram::Kind::resync_request) {
+            const uint64_t now = mono_ms(), last = last_resync_sent_ms_[peer->member];
+            if (last == 0 || now - last >= kResyncGapMs) {
+                last_resync_sent_ms_[peer->member] = now;
+                send_snapshot(*peer);
+            }
+            continue;
+        }
+        bool resync;
+        {
+            std::lock_guard lk(mu_);
+            resync = mirror_.apply(*d);
+        }
+        if (d->kind == SyncDatagram::Kind::snapshot && (d->flags & SyncDatagram::kFirst)) want_.erase(peer->member);
+        if (resync) want_.insert(peer->member);
+    }
+}
+
+void SessionSync::ask_for_resyncs(uint64_t now_ms) {
+    for (const SyncPeer& p : peers_) {
+        // A member that has not heard from the active member's run asks for its table: the active
+        // may hold sessions from before this member started, and sends events only as they change.
+        bool knows;
+        {
+            std::lock_guard lk(mu_);
+            knows = mirror_.knows(p.member);
+        }
+        if (p.active && !knows) want_.insert(p.member);
+        if (want_.count(p.member) == 0) continue;
+        uint64_t& last = last_resync_ask_ms_[p.member];
+        if (last != 0 && now_ms - last < kResyncGapMs) continue;
+        last = now_ms;
+        SyncDatagram d;
+        d.kind = SyncDatagram::Kind::resync_request;
+        d.member = member_;
+        d.boot = boot_;
+        send_to(p, d);
+        std::lock_guard lk(mu_);
+        ++counters_.resyncs_requested;
+    }
+}
+
+SyncCounters SessionSync::counters() const {
+    std::lock_guard lk(mu_);
+    SyncCounters c = counters_;
+    c.mirror = mirror_.counters();
+    c.mirrored = mirror_.total();
+    return c;
+}
+
+nlohmann::ordered_json SessionSync::status() const {
+    const SyncCounters c = counters();
+    nlohmann::ordered_json from;
+    {
+        std::lock_guard lk(mu_);
+        from = mirror_.from_json();
+    }
+    return {{"sync", addr_text(listen_.first, listen_.second)},
+            {"events_sent", c.events_sent},
+            {"datagrams_sent", c.datagrams_sent},
+            {"send_errors", c.send_errors},
+            {"events_received", c.mirror.events_received},
+            {"datagrams_received", c.mirror.datagrams_received},
+            {"events_missed", c.mirror.events_missed},
+            {"duplicates", c.mirror.duplicates},
+            {"rejected", c.rejected},
+            {"resyncs_requested", c.resyncs_requested},
+            {"resyncs_sent", c.resyncs_sent},
+            {"mirror_full", c.mirror.full},
+            {"mirrored", c.mirrored},
+            {"mirrored_from", from}};
+}
+
+}  // namespace fedgate

@@ -1,0 +1,158 @@
+// Session events between the members of a party's group ([cluster] sync). The active member's
+// workers log every port-map session they open and close (Nat::log_events); a control thread here
+// sends them, as UDP datagrams on the management network, to each other member that publishes a
+// sync address in the store. A standby keeps what it hears as a mirror of the active's session
+// table. Today the mirror is shown (`fedgatectl cluster status`), not installed at a takeover:
+// sessions are still lost on failover, and installing the mirror is the next step, as VPP's NAT HA
+// does with the same kind of channel. A member that misses events (a gap in the sender's sequence,
+// or it started after the sender) asks for a resync and receives the sender's whole table.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dataplane/nat.hpp"
+
+namespace fedgate {
+
+// Another member of the group as the sync channel sees it (from the store's member keys).
+struct SyncPeer {
+    std::string member;
+    uint32_t addr = 0;  // host order
+    uint16_t port = 0;
+    bool active = false;  // holds the group's leader key
+};
+
+// One datagram of the channel. On the wire (multi-byte fields big-endian):
+//   "FGSE" | version 1 | kind | flags | name length | member name | boot (8) | seq (8) | count (2)
+//   | count events of 32 bytes: type proto kind out_port | in src dst sport dport | out src dst
+//   sport dport | timeout_ms
+// `boot` names the sender's run; `seq` is the sender's number for the first event (events) or
+// how many events it had sent when it took the table (snapshot: flags first/last mark the parts).
+struct SyncDatagram {
+    enum class Kind : uint8_t { events = 1, resync_request = 2, snapshot = 3 };
+    static constexpr uint8_t kFirst = 1, kLast = 2;
+    static constexpr uint8_t kVersion = 1;
+    static constexpr std::size_t kMaxEvents = 40;  // a datagram stays under 1,400 bytes
+    Kind kind = Kind::events;
+    uint8_t flags = 0;
+    std::string member;
+    uint64_t boot = 0;
+    uint64_t seq = 0;
+    std::vector<SessionEvent> events;
+
+    std::vector<uint8_t> encode() const;
+    // Nullopt for anything malformed, with the reason in *why.
+    static std::optional<SyncDatagram> decode(std::span<const uint8_t> bytes, std::string* why);
+};
+
+struct MirrorCounters {
+    uint64_t events_received = 0, datagrams_received = 0, events_missed = 0, duplicates = 0, full = 0;
+};
+
+// Other members' session tables as their events tell them. Pure (no sockets, no clock).
+class SessionMirror {
+public:
+    explicit SessionMirror(std::size_t max_sessions) : max_(max_sessions) {}
+    // Applies an events or snapshot datagram from d.member. True when the sender should be asked
+    // for a resync: events were missed, or this is the first word from its run and not its first
+    // event.
+    bool apply(const SyncDatagram& d);
+    bool knows(const std::string& member) const { return from_.count(member) != 0; }
+    std::size_t sessions(const std::string& member) const;
+    std::size_t total() const;
+    const MirrorCounters& counters() const { return counters_; }
+    nlohmann::ordered_json from_json() const;  // [{"member", "boot", "sessions"}]
+
+private:
+    struct Key {
+        uint32_t src, dst;
+        uint16_t sport, dport;
+        uint8_t proto;
+        bool operator==(const Key&) const = default;
+    };
+    struct KeyHash {
+        std::size_t operator()(const Key& k) const {
+            return std::hash<uint64_t>()((uint64_t{k.src} << 32 | k.dst) ^
+                                         (uint64_t{k.sport} << 40 | uint64_t{k.dport} << 24 | k.proto) * 0x9e3779b97f4a7c15ull);
+        }
+    };
+    struct From {
+        uint64_t boot = 0;
+        uint64_t next_seq = 0;
+        std::unordered_map<Key, SessionEvent, KeyHash> sessions;
+    };
+    void put(From& f, const SessionEvent& e);
+
+    std::size_t max_;
+    std::map<std::string, From> from_;
+    MirrorCounters counters_;
+};
+
+struct SyncCounters {
+    uint64_t events_sent = 0, datagrams_sent = 0, send_errors = 0, resyncs_sent = 0, resyncs_requested = 0,
+             rejected = 0;
+    MirrorCounters mirror;
+    uint64_t mirrored = 0;  // sessions in the mirror now
+};
+
+class SessionSync {
+public:
+    struct Io {
+        // Up to `max` events the workers logged (the session-event ring); returns how many.
+        std::function<std::size_t(SessionEvent* out, std::size_t max)> take;
+        // Every session the workers hold now, as opened events (for a resync).
+        std::function<std::vector<SessionEvent>()> dump;
+        // The group's other members that publish a sync address.
+        std::function<std::vector<SyncPeer>()> peers;
+    };
+    // Binds a UDP socket on `listen` (host order); throws std::runtime_error naming the address.
+    SessionSync(std::string member, std::pair<uint32_t, uint16_t> listen, std::size_t max_mirrored, Io io);
+    ~SessionSync();
+    SessionSync(const SessionSync&) = delete;
+    SessionSync& operator=(const SessionSync&) = delete;
+
+    void start();
+    void stop();
+    SyncCounters counters() const;
+    nlohmann::ordered_json status() const;  // cluster status's "sessions"
+
+private:
+    void loop();
+    void send_events();
+    void receive();
+    void ask_for_resyncs(uint64_t now_ms);
+    void send_to(const SyncPeer& p, const SyncDatagram& d);
+    void send_snapshot(const SyncPeer& p);
+    std::optional<SyncPeer> peer_at(uint32_t addr, uint16_t port) const;
+
+    const std::string member_;
+    const std::pair<uint32_t, uint16_t> listen_;
+    Io io_;
+    int fd_ = -1;
+    uint64_t boot_;
+    uint64_t seq_ = 0;  // events sent so far
+    std::vector<SyncPeer> peers_;  // as io_.peers() said last (loop thread)
+    std::map<std::string, uint64_t> last_resync_ask_ms_, last_resync_sent_ms_;
+    std::set<std::string> want_;  // members whose table we need whole (asked once a second until it comes)
+    std::thread thread_;
+    std::atomic<bool> stop_{false};
+
+    mutable std::mutex mu_;  // mirror_ and counters_, for status()
+    SessionMirror mirror_;
+    SyncCounters counters_;
+};
+
+}  // namespace fedgate
