@@ -563,6 +563,7 @@ void read_cluster(const std::string& file, const toml::table& t, ClusterSettings
     if (t.empty()) return;  // no [cluster]: alone
     // Types first, so a wrong one is named before a missing key is.
     (void)r.string("member", false);
+    (void)r.string("sync", false);
     r.uint("lease_ttl_s", s.lease_ttl_s, 2, 60);
     s.etcd = r.string_list("etcd", true);
     if (s.etcd.empty()) r.fail("etcd", "needs at least one endpoint URL, like \"http://198.18.250.11:2379\" (no [cluster] section: a gateway alone)");
