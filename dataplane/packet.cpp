@@ -63,8 +63,7 @@ DropReason parse_l4(const uint8_t* data, ParsedPacket& out) {
         break;
     }
     if (out.ip_proto == kIpProtoTcp || out.ip_proto == kIpProtoUdp) {
-        std::memcpy(&out.src_port, l4, 2);
-        std::memcpy(&out.dst_port, l4 + 2, 2);
+        std::memcpy(&out.src_port, l4, 4);  // both ports in one store (see ParsedPacket)
     }
     out.payload_len = static_cast<uint16_t>(out.l4_offset + out.l4_len - out.payload_offset);
     return DropReason::none;
@@ -87,8 +86,7 @@ DropReason parse_ipv4(const uint8_t* data, uint32_t len, ParsedPacket& out, RxCh
 
     out.l3_len = total;
     out.ip_proto = ip[9];
-    std::memcpy(&out.src_ip, ip + 12, 4);
-    std::memcpy(&out.dst_ip, ip + 16, 4);
+    std::memcpy(&out.src_ip, ip + 12, 8);  // both addresses in one store (see ParsedPacket)
     const uint16_t frag = load_be16(ip + 6);
     const uint16_t frag_offset = frag & RTE_IPV4_HDR_OFFSET_MASK;
     out.fragment = (frag & RTE_IPV4_HDR_MF_FLAG) || frag_offset != 0;

@@ -2,6 +2,7 @@
 // Works on a plain byte range so it runs the same on an mbuf, in unit tests and under the fuzzer.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "dataplane/drop_reason.hpp"
@@ -35,6 +36,11 @@ struct ParsedPacket {
     uint8_t icmp_type = 0, icmp_code = 0;
     uint16_t arp_op_host = 0;
 };
+// The addresses, and the ports, sit side by side as in their headers: the parser writes each pair
+// with one store, so the flow hash's 8-byte load of both addresses is forwarded from that store
+// instead of stalling on two (the stall showed in the fast path's profile).
+static_assert(offsetof(ParsedPacket, dst_ip) == offsetof(ParsedPacket, src_ip) + 4);
+static_assert(offsetof(ParsedPacket, dst_port) == offsetof(ParsedPacket, src_port) + 2);
 
 // What the receiving port says about a checksum (RX checksum offload): nothing (check it in
 // software), checked and right, or checked and wrong.
