@@ -162,6 +162,11 @@ nlohmann::ordered_json Commands::stats() const {
         g.lease_renewals = c.lease_renewals;
         g.store_errors = c.store_errors;
         g.mapping_refreshes = c.mapping_refreshes;
+        g.session_events_sent = c.sync.events_sent;
+        g.session_events_received = c.sync.mirror.events_received;
+        g.session_events_missed = c.sync.mirror.events_missed;
+        g.session_sync_rejected = c.sync.rejected;
+        g.sessions_mirrored = c.sync.mirrored;
     }
     nlohmann::ordered_json j = {{"ports", std::move(ports)}};
     write_counters(j, Reply::stats, sum, g, {{"resolution", p_.resolution->stats()}});

@@ -38,7 +38,7 @@ struct Label {
     std::string_view name, value;
 };
 
-// What the gateway reads itself for its rows; Gateway::stats() fills it in.
+// What the gateway reads itself for its rows; Commands::stats() fills it in.
 struct GatewayReadings {
     struct Device {  // rte_eth_stats of one port
         uint64_t ipackets = 0, opackets = 0, ibytes = 0, obytes = 0, imissed = 0, ierrors = 0, oerrors = 0,

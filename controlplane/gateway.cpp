@@ -37,6 +37,7 @@
 #include "controlplane/auto_mapping.hpp"
 #include "controlplane/capture.hpp"
 #include "controlplane/cluster.hpp"
+#include "controlplane/session_sync.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/resolution.hpp"
 #include "controlplane/telemetry.hpp"
@@ -54,6 +55,7 @@ constexpr unsigned kHandOffRingSize = 4096;
 static_assert(kMaxWorkersCfg == kMaxWorkers);
 constexpr unsigned kMempoolCache = 256;
 constexpr unsigned kEventRingSize = 4096;
+constexpr unsigned kSessionEventRingSize = 16384;  // the sync thread drains it every 20 ms at most
 constexpr uint32_t kResolveTickMs = 10;
 // Empty polls the punt thread makes before it sleeps on its doorbell: a reply that follows at once
 // (the next message of a handshake) is taken without a sleep and a wake-up.
@@ -300,6 +302,11 @@ void Gateway::start() {
     inject_ = rte_ring_create("fg_inject", kRingSize, socket, RING_F_SC_DEQ);
     events_ = rte_ring_create_elem("fg_events", sizeof(ResolveEvent), kEventRingSize, socket, one_producer | RING_F_SC_DEQ);
     bool rings_ok = punt_ != nullptr && inject_ != nullptr && events_ != nullptr;
+    if (cfg_.cluster.sync) {  // [cluster] sync: the sessions the workers open and close, for the other members
+        session_events_ = rte_ring_create_elem("fg_sess_events", sizeof(SessionEvent), kSessionEventRingSize, socket,
+                                               one_producer | RING_F_SC_DEQ);
+        rings_ok = rings_ok && session_events_ != nullptr;
+    }
     for (uint16_t w = 0; w < workers && rings_ok; ++w) {
         const std::string n = std::to_string(w);
         requests_.push_back(rte_ring_create(("fg_requests" + n).c_str(), kRequestRingSize, socket, RING_F_SC_DEQ));
@@ -425,9 +432,21 @@ void Gateway::start() {
         std::vector<LcoreWake*> bells;
         for (uint16_t b = 0; b < workers; ++b) bells.push_back(&bells_[b]);
         dps_.push_back(std::make_unique<Dataplane>(
-            wc, dp_ports_, pool_, DpRings{punt_, w == 0 ? inject_ : nullptr, requests_[w], events_, &wake_, &bells_[w]},
+            wc, dp_ports_, pool_,
+            DpRings{punt_, w == 0 ? inject_ : nullptr, requests_[w], events_, &wake_, &bells_[w], session_events_},
             DpShared{maps_.get(), rcu_, w, cache_.get(), roce_ ? &roce_->view() : nullptr, cluster_ ? &standby_ : nullptr},
             DpWorker{w, workers, handoff_, std::move(bells)}));
+    }
+    if (cluster_ && cfg_.cluster.sync) {
+        SessionSync::Io io;
+        io.take = [r = session_events_](SessionEvent* out, std::size_t max) -> std::size_t {
+            return rte_ring_sc_dequeue_burst_elem(r, out, sizeof(SessionEvent), static_cast<unsigned>(max), nullptr);
+        };
+        io.dump = [this] { return session_events_of_all(); };
+        io.peers = [c = cluster_.get()] { return c->sync_peers(); };
+        cluster_->set_session_sync(std::make_unique<SessionSync>(
+            cfg_.cluster.member, *cfg_.cluster.sync, std::size_t{cfg_.nat.max_sessions} * workers, std::move(io)));
+        FG_LOG(INFO, gateway, "cluster: session events on %s", cfg_.cluster.sync_text().c_str());
     }
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_, &bells_[0]);
     std::vector<CapturePort> capture_ports;
@@ -510,7 +529,8 @@ void Gateway::stop() {
     }
     requests_.clear();
     rte_ring_free(events_);
-    punt_ = inject_ = events_ = nullptr;
+    rte_ring_free(session_events_);
+    punt_ = inject_ = events_ = session_events_ = nullptr;
     for (const PortHandle& p : ports_) close_port(p);
     ports_.clear();
     if (pool_ != nullptr) rte_mempool_free(pool_);
@@ -650,6 +670,19 @@ void Gateway::set_worker_peers(const Config& c) {
         for (const PeerConfig& p : c.peers) r->peer_parties.push_back(p.party_id);
         ask_lcore(std::move(r), kRequestTimeout, w);  // comes back holding the old table, freed here
     }
+}
+
+std::vector<SessionEvent> Gateway::session_events_of_all() {
+    std::vector<SessionEvent> all;
+    for (std::size_t w = 0; w < dps_.size(); ++w) {
+        auto r = std::make_unique<DpRequest>();
+        r->kind = DpRequest::Kind::session_dump;
+        r->limit = cfg_.nat.max_sessions;
+        r->sessions.reserve(r->limit);
+        r = ask_lcore(std::move(r), kRequestTimeout, w);
+        for (const Session& s : r->sessions) all.push_back(Nat::event_of(s, SessionEvent::opened));
+    }
+    return all;
 }
 
 std::unique_ptr<DpRequest> Gateway::ask_lcore(std::unique_ptr<DpRequest> req, std::chrono::milliseconds timeout,

@@ -69,6 +69,8 @@ private:
     // not take it in time.
     void set_worker_peers(const Config& c);
     // Hands `r` to worker `w` and waits until it is done; throws MgmtError if it takes too long.
+    // Every session the workers hold, as opened events: what a member asking for a resync gets.
+    std::vector<SessionEvent> session_events_of_all();
     std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout,
                                          std::size_t w = 0);
     // Picks the lcores of [dataplane] workers from the EAL's; throws naming the setting when short.
@@ -90,6 +92,7 @@ private:
     std::vector<rte_ring*> requests_;  // one per worker
     std::vector<rte_ring*> handoff_;   // one per worker when there are several
     rte_ring* events_ = nullptr;
+    rte_ring* session_events_ = nullptr;  // [cluster] sync only
     rte_rcu_qsbr* rcu_ = nullptr;
     std::unique_ptr<ResolveCache> cache_;
     std::unique_ptr<ResolutionService> resolution_;

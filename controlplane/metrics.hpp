@@ -13,7 +13,7 @@
 
 namespace fedgate {
 
-// The `stats` and `status` management replies (Gateway::stats(), Gateway::status()) as exposition
+// The `stats` and `status` management replies (Commands::stats(), Commands::status()) as exposition
 // text: one family per row of the counter table (counter_table.hpp) beside the status's info gauges;
 // `# HELP` and `# TYPE` once per family, counters named *_total, gauges not, ports, drop reasons and
 // peers as labels. Pure: a missing section or counter is left out, never an error.

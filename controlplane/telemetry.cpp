@@ -15,7 +15,7 @@
 #include <string>
 
 #include "controlplane/counter_table.hpp"
-#include "controlplane/gateway.hpp"  // kMaxListed: the most one listing returns
+#include "controlplane/commands.hpp"  // kMaxListed: the most one listing returns
 #include "controlplane/log.hpp"
 
 namespace fedgate {

@@ -56,7 +56,7 @@ TelemetryFit fit_for_telemetry(const nlohmann::ordered_json& in, const Telemetry
 // written the reply; with `owned` they are kept and listed there for the caller to free instead.
 int to_tel_data(const nlohmann::ordered_json& in, rte_tel_data* d, std::vector<rte_tel_data*>* owned = nullptr);
 
-// A management request in, its result out (Gateway::handle); throws with a message on error.
+// A management request in, its result out (Commands::handle); throws with a message on error.
 using TelemetryHandler = std::function<nlohmann::ordered_json(const nlohmann::ordered_json& request)>;
 
 // The reply to one /fedgate/ command (`params`: what followed the comma), built from management
