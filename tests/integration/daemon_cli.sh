@@ -53,5 +53,17 @@ check "a bad config exits 1 before start-up" 1 "config error" -- "$D" --config "
 [[ ! -e /var/run/dpdk/fgcli$$ && ! -e $WORK/a.sock ]] && echo "ok   - nothing was started" ||
     { echo "FAIL - the EAL or the socket came up for a bad config"; failures=$((failures + 1)); }
 rm -rf "/var/run/dpdk/fgcli$$"
+
+# A group member whose [cluster] sync address is not one of its host's: start-up fails naming it.
+# In a namespace of its own with only loopback, so the store's endpoint is unreachable at once and
+# nothing leaves the machine.
+NS=fgcli$$
+ip netns add "$NS"
+trap 'ip netns del "$NS" 2>/dev/null; rm -rf "$WORK" "/var/run/dpdk/fgcli$$"' EXIT
+ip -n "$NS" link set lo up
+{ cat "$WORK/good.toml"; printf '[cluster]\netcd = ["http://198.18.250.11:2379"]\nmember = "a1"\nsync = "198.18.250.21:7960"\n'; } \
+    >"$WORK/sync.toml"
+check "a [cluster] sync address the host does not have stops start-up, named" 1 \
+    "[cluster] sync: cannot bind 198.18.250.21:7960" -- ip netns exec "$NS" "$D" --config "$WORK/sync.toml"
 ((failures == 0)) || { echo "$failures checks failed"; exit 1; }
 echo "all checks passed"
