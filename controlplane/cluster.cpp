@@ -95,6 +95,11 @@ std::vector<StoredProcess> StoreDirectory::load() {
     return out;
 }
 
+std::string StoreDirectory::version() {
+    const PrefixSummary s = store_.summarize(keys_.processes());
+    return std::to_string(s.count) + "@" + std::to_string(s.max_mod_revision);
+}
+
 std::optional<std::string> StoreMapState::read() {
     try {
         const auto e = store_.get(key_);
@@ -141,10 +146,11 @@ void StoreMapState::write(const std::string& text) {
 }
 
 ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store,
-                               std::unique_ptr<KvStore> dir_store)
+                               std::unique_ptr<KvStore> dir_store, std::unique_ptr<KvStore> warm_store)
     : cfg_(cfg), keys_(cfg.party), loop_store_(std::move(loop_store)), state_store_(std::move(state_store)),
-      dir_store_(std::move(dir_store)) {
+      dir_store_(std::move(dir_store)), warm_store_(std::move(warm_store)) {
     directory_ = std::make_unique<StoreDirectory>(*dir_store_, keys_);
+    if (warm_store_) warm_directory_ = std::make_unique<StoreDirectory>(*warm_store_, keys_);
     map_state_owned_ = std::make_unique<StoreMapState>(*state_store_, keys_.mappings());
     map_state_ = map_state_owned_.get();
     started_unix_ms_ = unix_ms();
@@ -166,7 +172,8 @@ ClusterService::ClusterService(const Config& cfg)
     // waits out a store electing its leader (a few seconds) before it is refused.
     : ClusterService(cfg, std::make_unique<EtcdStore>(cfg.cluster.etcd),
                      std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kChangeBudgetMs),
-                     std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kRegistrationBudgetMs)) {}
+                     std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kRegistrationBudgetMs),
+                     std::make_unique<EtcdStore>(cfg.cluster.etcd)) {}
 
 ClusterService::~ClusterService() { stop(); }
 
@@ -180,6 +187,7 @@ void ClusterService::start(PortMapTable* table, std::function<void(bool)> on_rol
         stop_ = false;
     }
     thread_ = std::thread([this, period_ms] { loop(period_ms); });
+    if (warm_directory_ && warmer_) warm_thread_ = std::thread([this] { warm_loop(); });
     if (sync_) sync_->start();
 }
 
@@ -194,6 +202,7 @@ void ClusterService::stop() {
         stop_ = true;
     }
     wake_.notify_all();
+    if (warm_thread_.joinable()) warm_thread_.join();
     if (sync_) sync_->stop();
     if (thread_.joinable()) {
         thread_.join();
@@ -291,6 +300,30 @@ void ClusterService::loop(uint64_t period_ms) {
 
         std::unique_lock wl(wait_mu_);
         if (wake_.wait_for(wl, std::chrono::milliseconds(period_ms), [&] { return stop_; })) return;
+    }
+}
+
+void ClusterService::warm_loop() {
+    std::string last;  // the version of the copy handed over last; "" after a takeover used it
+    for (;;) {
+        if (active()) {
+            last.clear();  // take_over used the copy: read it again if this member stands by again
+        } else {
+            try {
+                const std::string v = warm_directory_->version();
+                if (v != last) {
+                    std::vector<StoredProcess> all = warm_directory_->load();  // after version(): see DirectoryStore
+                    const std::size_t n = all.size();
+                    warmer_(std::move(all), v);
+                    FG_LOG(DEBUG, gateway, "cluster: warm copy of the directory: %zu process(es) at %s", n, v.c_str());
+                    last = v;
+                }
+            } catch (const std::exception& e) {  // the next round tries again; takeover then reads the store
+                FG_LOG(DEBUG, gateway, "cluster: cannot warm the directory: %s", e.what());
+            }
+        }
+        std::unique_lock wl(wait_mu_);
+        if (wake_.wait_for(wl, std::chrono::milliseconds(warm_period_ms_), [&] { return stop_; })) return;
     }
 }
 

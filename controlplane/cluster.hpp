@@ -49,6 +49,7 @@ public:
     StoreDirectory(KvStore& store, const ClusterKeys& keys) : store_(store), keys_(keys) {}
     void write(std::span<const Op> ops) override;
     std::vector<StoredProcess> load() override;
+    std::string version() override;  // the processes prefix's key count and newest mod revision
     static std::string encode(const StoredProcess& p);
     static std::optional<StoredProcess> decode(const std::string& value);
 
@@ -65,8 +66,9 @@ struct ClusterCounters {
 class ClusterService {
 public:
     // Stores for each thread that talks to it: the loop's, and the one map changes write through.
+    // `warm_store` (may be null: no warm copy): the one a standby reads the directory through.
     ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store,
-                   std::unique_ptr<KvStore> dir_store);
+                   std::unique_ptr<KvStore> dir_store, std::unique_ptr<KvStore> warm_store = nullptr);
     // On the endpoints of cfg.cluster.etcd.
     explicit ClusterService(const Config& cfg);
     ~ClusterService();
@@ -84,6 +86,14 @@ public:
     void start(PortMapTable* table, std::function<void(bool active)> on_role, uint64_t period_ms = 100);
     // The session-event channel ([cluster] sync), before start(); it runs while this does.
     void set_session_sync(std::unique_ptr<SessionSync> sync) { sync_ = std::move(sync); }
+    // While this member stands by, a thread of its own reads the store's directory whenever its
+    // version changes (checked every `period_ms`) and hands it here, so a takeover starts warm.
+    // Before start().
+    using Warmer = std::function<void(std::vector<StoredProcess> all, std::string version)>;
+    void set_directory_warmer(Warmer w, uint64_t period_ms = 1000) {
+        warmer_ = std::move(w);
+        warm_period_ms_ = period_ms;
+    }
     // The other members that publish a sync address, as the store showed them last (any thread).
     std::vector<SyncPeer> sync_peers() const;
     // Stops the loop and resigns: a clean stop hands the group over at once.
@@ -96,12 +106,17 @@ public:
 
 private:
     void loop(uint64_t period_ms);
+    void warm_loop();
     void watch_mappings();
     void check_health();
 
     const Config& cfg_;
     ClusterKeys keys_;
-    std::unique_ptr<KvStore> loop_store_, state_store_, dir_store_;
+    std::unique_ptr<KvStore> loop_store_, state_store_, dir_store_, warm_store_;
+    std::unique_ptr<StoreDirectory> warm_directory_;  // on warm_store_, null without one
+    Warmer warmer_;
+    uint64_t warm_period_ms_ = 1000;
+    std::thread warm_thread_;
     std::unique_ptr<StoreDirectory> directory_;
     std::unique_ptr<StoreMapState> map_state_owned_;
     StoreMapState* map_state_ = nullptr;

@@ -411,7 +411,13 @@ void Gateway::start() {
         [this] { rte_rcu_qsbr_synchronize(rcu_, RTE_QSBR_THRID_INVALID); });
     auto_maps_ = std::make_unique<AutoMappings>(cfg_, *table_);
     resolution_->set_auto_mappings(auto_maps_.get());
-    if (cluster_) resolution_->set_directory_store(cluster_->directory_store());
+    if (cluster_) {
+        resolution_->set_directory_store(cluster_->directory_store());
+        // A standby keeps a copy of the group's directory, so a takeover need not read it.
+        cluster_->set_directory_warmer([r = resolution_.get()](std::vector<StoredProcess> all, std::string version) {
+            r->warm(std::move(all), std::move(version));
+        });
+    }
     // RDMA between parties: the RoCE v2 translations the relay installs and the lcore applies. The
     // RDMA MTU is clamped to what the smallest port MTU carries.
     if (rs.port != 0) {

@@ -253,6 +253,22 @@ std::vector<KvEntry> EtcdStore::range(const std::string& prefix, int64_t* revisi
     return entries_of(r);
 }
 
+PrefixSummary EtcdStore::summarize(const std::string& prefix) {
+    // The newest key by mod revision, keys only; etcd's count is the whole range's despite the limit.
+    const json r = json::parse(call("/v3/kv/range", json{{"key", base64_encode(prefix)},
+                                                         {"range_end", base64_encode(prefix_end(prefix))},
+                                                         {"limit", 1},
+                                                         {"keys_only", true},
+                                                         {"sort_order", "DESCEND"},
+                                                         {"sort_target", "MOD"}}
+                                                        .dump()));
+    PrefixSummary s;
+    s.count = i64(r, "count");
+    const auto kvs = r.find("kvs");
+    if (kvs != r.end() && kvs->is_array() && !kvs->empty()) s.max_mod_revision = i64((*kvs)[0], "mod_revision");
+    return s;
+}
+
 void EtcdStore::put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease) {
     if (kvs.empty()) return;
     json ops = json::array();
@@ -378,6 +394,17 @@ std::vector<KvEntry> MemStore::range(const std::string& prefix, int64_t* revisio
     for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.starts_with(prefix); ++it) out.push_back(it->second);
     if (revision != nullptr) *revision = revision_;
     return out;
+}
+
+PrefixSummary MemStore::summarize(const std::string& prefix) {
+    std::lock_guard lk(mu_);
+    enter();
+    PrefixSummary s;
+    for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.starts_with(prefix); ++it) {
+        ++s.count;
+        s.max_mod_revision = std::max(s.max_mod_revision, it->second.mod_revision);
+    }
+    return s;
 }
 
 void MemStore::put_locked(const std::string& key, const std::string& value, int64_t lease) {

@@ -41,6 +41,14 @@ struct KvEntry {
     int64_t create_revision = 0, mod_revision = 0, lease = 0;
 };
 
+// How many keys a prefix holds and the newest mod revision among them: any put under the prefix
+// raises the revision, any delete lowers the count or (with a put) raises the revision, so an
+// unchanged summary means an unchanged prefix.
+struct PrefixSummary {
+    int64_t count = 0, max_mod_revision = 0;
+    bool operator==(const PrefixSummary&) const = default;
+};
+
 struct EndpointHealth {
     std::string url;
     std::string state;  // "up", "no quorum" (answers, but says it is unhealthy), "down" (no answer)
@@ -59,6 +67,8 @@ public:
     // Every key that starts with `prefix`, in key order; `revision` (may be null) gets the store's
     // revision the answer was read at.
     virtual std::vector<KvEntry> range(const std::string& prefix, int64_t* revision = nullptr) = 0;
+    // The prefix's summary, without its values (one small answer however many keys it holds).
+    virtual PrefixSummary summarize(const std::string& prefix) = 0;
     // Puts in one transaction: all or none.
     virtual void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease = 0) = 0;
     void put(const std::string& key, const std::string& value, int64_t lease = 0) { put({{key, value}}, lease); }
@@ -95,6 +105,7 @@ public:
     void revoke(int64_t lease) override;
     std::optional<KvEntry> get(const std::string& key) override;
     std::vector<KvEntry> range(const std::string& prefix, int64_t* revision = nullptr) override;
+    PrefixSummary summarize(const std::string& prefix) override;
     using KvStore::put;
     void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease = 0) override;
     void erase(const std::vector<std::string>& keys) override;
@@ -150,6 +161,7 @@ public:
     void revoke(int64_t lease) override;
     std::optional<KvEntry> get(const std::string& key) override;
     std::vector<KvEntry> range(const std::string& prefix, int64_t* revision = nullptr) override;
+    PrefixSummary summarize(const std::string& prefix) override;
     using KvStore::put;
     void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease = 0) override;
     void erase(const std::vector<std::string>& keys) override;

@@ -580,7 +580,8 @@ nlohmann::ordered_json ResolutionService::stats() const {
           {"refused_wrong_party", d.refused_wrong_party}, {"refused_address", d.refused_address},
           {"refused_unknown", d.refused_unknown}, {"refused_stale_epoch", d.refused_stale_epoch},
           {"refused_bad_record", d.refused_bad_record}, {"refused_full", d.refused_full},
-          {"store_failures", c.store_failures}, {"taken_over", c.taken_over}}},
+          {"store_failures", c.store_failures}, {"taken_over", c.taken_over}, {"taken_over_warm", c.taken_over_warm},
+          {"warm", warm_size()}, {"warm_loads", warm_loads()}}},
         {"cache",
          {{"entries", cache_.size()}, {"capacity", cache_.capacity()}, {"local", cache_.size(CacheKind::local)},
           {"announced", cache_.size(CacheKind::announced)}, {"answered", cache_.size(CacheKind::answered)},
@@ -640,12 +641,38 @@ void ResolutionService::flush(uint64_t now_ms) {
     }
 }
 
+void ResolutionService::warm(std::vector<StoredProcess> all, std::string version) {
+    std::lock_guard lock(warm_mu_);
+    warm_ = std::move(all);
+    warm_version_ = std::move(version);
+    ++warm_loads_;
+}
+
+std::size_t ResolutionService::warm_size() const {
+    std::lock_guard lock(warm_mu_);
+    return warm_.size();
+}
+
 std::size_t ResolutionService::take_over(uint64_t now_ms) {
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<StoredProcess> all = store_ != nullptr ? store_->load() : std::vector<StoredProcess>{};
-    FG_LOG(INFO, resolve, "directory: read %zu process(es) from the group's store in %lld ms", all.size(),
+    std::vector<StoredProcess> all;
+    bool from_warm = false;
+    if (store_ != nullptr) {
+        std::unique_lock wl(warm_mu_);
+        if (warm_version_ && store_->version() == *warm_version_) {
+            all = std::move(warm_);
+            from_warm = true;
+        }
+        warm_.clear();
+        warm_version_.reset();
+        wl.unlock();
+        if (!from_warm) all = store_->load();
+    }
+    FG_LOG(INFO, resolve, "directory: %zu process(es) from %s in %lld ms", all.size(),
+           from_warm ? "the warm copy (the store's version unchanged)" : "the group's store",
            static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
     std::lock_guard lock(mu_);
+    if (from_warm) ++counters_.taken_over_warm;
     std::size_t taken = 0;
     for (const StoredProcess& p : all) {
         if (!dir_.restore(p.record, p.source, now_ms)) continue;

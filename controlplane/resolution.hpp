@@ -31,7 +31,7 @@ struct ResolutionCounters {
     uint64_t reg_replies_sent = 0, peer_msgs_sent = 0, records_applied = 0, records_withdrawn = 0,
              refused_foreign_records = 0, snapshots_received = 0, stream_resets_sent = 0, stream_gaps = 0,
              cache_full = 0, learned = 0, learned_negative = 0, expired_cache_entries = 0, malformed = 0,
-             malformed_handshakes = 0, store_failures = 0, taken_over = 0;
+             malformed_handshakes = 0, store_failures = 0, taken_over = 0, warm_loads = 0, taken_over_warm = 0;
 };
 
 // A registered process as a gateway group's store keeps it ([cluster]).
@@ -54,6 +54,9 @@ public:
     // In order: a process's last op in the span is what the store keeps.
     virtual void write(std::span<const Op> ops) = 0;
     virtual std::vector<StoredProcess> load() = 0;
+    // A token that changes whenever what load() reads does; cheap to ask. A copy read by load()
+    // after version() gave V is current for as long as version() still gives V.
+    virtual std::string version() = 0;
 };
 
 class ResolutionService : private RelayIo {
@@ -90,8 +93,18 @@ public:
     }
     // This member became its group's active member: the store's directory becomes this gateway's
     // (each process with a whole heartbeat timeout from now), into the cache and out to the peers.
-    // Returns how many processes it took up; throws when the store cannot be read.
+    // Returns how many processes it took up; throws when the store cannot be read. With a warm
+    // copy (warm()) that is still current (its version is the store's), it is taken up without
+    // reading the directory again.
     std::size_t take_over(uint64_t now_ms);
+    // A standby's copy of the store's directory, read after the store gave `version`: kept for the
+    // next take_over. Any thread.
+    void warm(std::vector<StoredProcess> all, std::string version);
+    std::size_t warm_size() const;
+    uint64_t warm_loads() const {
+        std::lock_guard lock(warm_mu_);
+        return warm_loads_;
+    }
 
     // `fedgatectl reload`: the peers become `next`'s. A new peer gets a stream with a snapshot; a
     // removed one loses its stream, and what it announced or answered leaves the cache (with the
@@ -186,6 +199,10 @@ private:
     std::vector<Staged> staged_;
     // The driving thread holds it while it works; management threads while they read.
     mutable std::mutex mu_;
+    mutable std::mutex warm_mu_;  // the warm copy, apart from mu_: a standby fills it from another thread
+    std::vector<StoredProcess> warm_;
+    std::optional<std::string> warm_version_;
+    uint64_t warm_loads_ = 0;  // under warm_mu_
 };
 
 }  // namespace fedgate

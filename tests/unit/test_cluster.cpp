@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "controlplane/cluster.hpp"
@@ -202,6 +203,7 @@ public:
     void revoke(int64_t l) override { gate(), real_.revoke(l); }
     std::optional<KvEntry> get(const std::string& k) override { return gate(), real_.get(k); }
     std::vector<KvEntry> range(const std::string& p, int64_t* r) override { return gate(), real_.range(p, r); }
+    fedgate::PrefixSummary summarize(const std::string& p) override { return gate(), real_.summarize(p); }
     using KvStore::put;
     void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t l) override { gate(), real_.put(kvs, l); }
     void erase(const std::vector<std::string>& k) override { gate(), real_.erase(k); }
@@ -424,6 +426,33 @@ TEST(StoreDirectory, KeepsEachProcessesLastOpInBatchesAndReadsThemBack) {
     EXPECT_FALSE(fedgate::StoreDirectory::decode("not json").has_value());
 }
 
+TEST(StoreDirectory, ItsVersionChangesWithEveryChangeToTheProcessesAndOnlyThen) {
+    Clock c;
+    MemStore store(c.fn());
+    fedgate::StoreDirectory dir(store, ClusterKeys("alpha"));
+    std::set<std::string> seen{dir.version()};
+    const auto changed = [&] { return seen.insert(dir.version()).second; };
+    std::vector<fedgate::DirectoryStore::Op> ops{{false, {node_record(1), 0xC612010A, 40001}},
+                                                 {false, {node_record(2), 0xC612010A, 40002}}};
+    dir.write(ops);
+    EXPECT_TRUE(changed()) << "two added";
+    store.put(ClusterKeys("alpha").mappings(), "{}");
+    store.put(ClusterKeys("beta").processes() + "x", "y");
+    EXPECT_FALSE(changed()) << "keys outside alpha's processes";
+    dir.write(std::vector<fedgate::DirectoryStore::Op>{{false, {node_record(1, 2), 0xC612010A, 40001}}});
+    EXPECT_TRUE(changed()) << "one replaced (same count)";
+    dir.write(std::vector<fedgate::DirectoryStore::Op>{{true, {node_record(1, 2), 0, 0}}});
+    EXPECT_TRUE(changed()) << "one removed";
+    // One removed and another added at once: the count is back where it was, the revision is not.
+    dir.write(std::vector<fedgate::DirectoryStore::Op>{{true, {node_record(2), 0, 0}}, {false, {node_record(3), 0xC612010A, 40003}}});
+    EXPECT_TRUE(changed()) << "one removed, one added";
+    const fedgate::PrefixSummary sum = store.summarize(ClusterKeys("alpha").processes());
+    EXPECT_EQ(sum.count, 1);
+    const auto all = store.range(ClusterKeys("alpha").processes());
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(sum.max_mod_revision, all[0].mod_revision);
+}
+
 // The resolution service of a group's member: a registration is answered only once the store took
 // it; a store that cannot take it gets the process store_unavailable and the registration undone;
 // a member that takes over holds what the store held.
@@ -497,6 +526,52 @@ TEST_F(MemberDirectory, AMemberThatTakesOverHoldsWhatTheStoreHeld) {
     EXPECT_TRUE(cache2.find(fedgate::ProcessId::make(1, 2, 5), clock.ms) != nullptr);
     EXPECT_EQ(other.stats()["directory"]["local"], 2u);
     EXPECT_EQ(other.take_over(clock.ms), 0u) << "what it holds already is not taken twice";
+}
+
+// A directory store that counts its full reads.
+struct CountingDirectory final : fedgate::DirectoryStore {
+    explicit CountingDirectory(fedgate::DirectoryStore& real) : real(real) {}
+    void write(std::span<const Op> ops) override { real.write(ops); }
+    std::vector<fedgate::StoredProcess> load() override { return ++loads, real.load(); }
+    std::string version() override { return real.version(); }
+    fedgate::DirectoryStore& real;
+    int loads = 0;
+};
+
+TEST_F(MemberDirectory, AStandbysWarmCopyIsTakenUpWithoutReadingTheStoreWhileItIsCurrent) {
+    reg(4, 15);
+    reg(5, 16);
+    svc->flush(clock.ms);
+    CountingDirectory counting(dir);
+    fedgate::ResolveCache cache2{64};
+    fedgate::ResolutionService other(cfg, cache2, [](uint32_t, uint16_t, std::span<const uint8_t>) {}, [] {});
+    other.set_directory_store(&counting);
+    const std::string v = counting.version();
+    other.warm(counting.load(), v);
+    EXPECT_EQ(other.stats()["directory"]["warm"], 2u);
+    EXPECT_EQ(other.stats()["directory"]["local"], 0u) << "a warm copy is not the directory yet";
+    EXPECT_EQ(other.take_over(clock.ms), 2u);
+    EXPECT_EQ(counting.loads, 1) << "taken from the warm copy, not read again";
+    EXPECT_EQ(other.stats()["directory"]["taken_over_warm"], 1u);
+    EXPECT_EQ(other.stats()["directory"]["warm"], 0u) << "used up";
+    EXPECT_TRUE(cache2.find(fedgate::ProcessId::make(1, 2, 5), clock.ms) != nullptr);
+}
+
+TEST_F(MemberDirectory, AWarmCopyTheStoreHasMovedOnFromIsNotUsed) {
+    reg(4, 15);
+    svc->flush(clock.ms);
+    CountingDirectory counting(dir);
+    fedgate::ResolveCache cache2{64};
+    fedgate::ResolutionService other(cfg, cache2, [](uint32_t, uint16_t, std::span<const uint8_t>) {}, [] {});
+    other.set_directory_store(&counting);
+    const std::string v = counting.version();
+    other.warm(counting.load(), v);
+    reg(6, 17);  // registered at the active after the standby's copy
+    svc->flush(clock.ms);
+    EXPECT_EQ(other.take_over(clock.ms), 2u) << "the store read again: 1.2.6 is there too";
+    EXPECT_EQ(counting.loads, 2);
+    EXPECT_EQ(other.stats()["directory"]["taken_over_warm"], 0u);
+    EXPECT_TRUE(cache2.find(fedgate::ProcessId::make(1, 2, 6), clock.ms) != nullptr);
 }
 
 // ---- config ----------------------------------------------------------------------------------
