@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -88,17 +89,23 @@ void StoreDirectory::write(std::span<const Op> ops) {
     store_.erase(dels);
 }
 
-std::vector<StoredProcess> StoreDirectory::load() {
+static std::string version_text(const PrefixSummary& s) {
+    return std::to_string(s.count) + "@" + std::to_string(s.max_mod_revision);
+}
+
+std::vector<StoredProcess> StoreDirectory::load(std::string* version) {
     std::vector<StoredProcess> out;
-    for (const KvEntry& e : store_.range(keys_.processes()))
+    PrefixSummary read;  // of this very range: the copy and its version come from one read
+    for (const KvEntry& e : store_.range(keys_.processes())) {
+        ++read.count;
+        read.max_mod_revision = std::max(read.max_mod_revision, e.mod_revision);
         if (auto p = decode(e.value)) out.push_back(*p);
+    }
+    if (version != nullptr) *version = version_text(read);
     return out;
 }
 
-std::string StoreDirectory::version() {
-    const PrefixSummary s = store_.summarize(keys_.processes());
-    return std::to_string(s.count) + "@" + std::to_string(s.max_mod_revision);
-}
+std::string StoreDirectory::version() { return version_text(store_.summarize(keys_.processes())); }
 
 std::optional<std::string> StoreMapState::read() {
     try {
@@ -202,8 +209,8 @@ void ClusterService::stop() {
         stop_ = true;
     }
     wake_.notify_all();
-    if (warm_thread_.joinable()) warm_thread_.join();
-    if (sync_) sync_->stop();
+    // Resign first: a standby takes over while the other threads finish (a resync's dump can take
+    // a while when the workers have stopped).
     if (thread_.joinable()) {
         thread_.join();
         const bool was = election_->active();
@@ -214,6 +221,8 @@ void ClusterService::stop() {
             if (on_role_) on_role_(false);
         }
     }
+    if (warm_thread_.joinable()) warm_thread_.join();
+    if (sync_) sync_->stop();
 }
 
 void ClusterService::watch_mappings() {
@@ -310,9 +319,9 @@ void ClusterService::warm_loop() {
             last.clear();  // take_over used the copy: read it again if this member stands by again
         } else {
             try {
-                const std::string v = warm_directory_->version();
-                if (v != last) {
-                    std::vector<StoredProcess> all = warm_directory_->load();  // after version(): see DirectoryStore
+                if (warm_directory_->version() != last) {  // the cheap question first
+                    std::string v;
+                    std::vector<StoredProcess> all = warm_directory_->load(&v);
                     const std::size_t n = all.size();
                     warmer_(std::move(all), v);
                     FG_LOG(DEBUG, gateway, "cluster: warm copy of the directory: %zu process(es) at %s", n, v.c_str());

@@ -48,7 +48,7 @@ public:
     static constexpr std::size_t kOpsPerTxn = 128;  // etcd's default --max-txn-ops
     StoreDirectory(KvStore& store, const ClusterKeys& keys) : store_(store), keys_(keys) {}
     void write(std::span<const Op> ops) override;
-    std::vector<StoredProcess> load() override;
+    std::vector<StoredProcess> load(std::string* version = nullptr) override;
     std::string version() override;  // the processes prefix's key count and newest mod revision
     static std::string encode(const StoredProcess& p);
     static std::optional<StoredProcess> decode(const std::string& value);

@@ -448,7 +448,12 @@ void Gateway::start() {
         io.take = [r = session_events_](SessionEvent* out, std::size_t max) -> std::size_t {
             return rte_ring_sc_dequeue_burst_elem(r, out, sizeof(SessionEvent), static_cast<unsigned>(max), nullptr);
         };
-        io.dump = [this] { return session_events_of_all(); };
+        io.dump = [this](const SessionSync::Io::Page& page) { dump_session_events(page); };
+        io.lost = [this] {
+            uint64_t n = 0;
+            for (const auto& dp : dps_) n += dp->nat_counters().session_events_lost.get();
+            return n;
+        };
         io.peers = [c = cluster_.get()] { return c->sync_peers(); };
         cluster_->set_session_sync(std::make_unique<SessionSync>(
             cfg_.cluster.member, *cfg_.cluster.sync, std::size_t{cfg_.nat.max_sessions} * workers, std::move(io)));
@@ -678,17 +683,25 @@ void Gateway::set_worker_peers(const Config& c) {
     }
 }
 
-std::vector<SessionEvent> Gateway::session_events_of_all() {
-    std::vector<SessionEvent> all;
+void Gateway::dump_session_events(const std::function<bool(std::span<const SessionEvent>)>& page) {
+    constexpr uint32_t kPage = 4096;  // what a worker copies per request: a short pause, 512 KB
+    std::vector<SessionEvent> events;
     for (std::size_t w = 0; w < dps_.size(); ++w) {
-        auto r = std::make_unique<DpRequest>();
-        r->kind = DpRequest::Kind::session_dump;
-        r->limit = cfg_.nat.max_sessions;
-        r->sessions.reserve(r->limit);
-        r = ask_lcore(std::move(r), kRequestTimeout, w);
-        for (const Session& s : r->sessions) all.push_back(Nat::event_of(s, SessionEvent::opened));
+        uint32_t from = 0;
+        for (;;) {
+            auto r = std::make_unique<DpRequest>();
+            r->kind = DpRequest::Kind::session_dump;
+            r->limit = kPage;
+            r->from = from;
+            r->sessions.reserve(kPage);
+            r = ask_lcore(std::move(r), kRequestTimeout, w);
+            events.clear();
+            for (const Session& s : r->sessions) events.push_back(Nat::event_of(s, SessionEvent::opened));
+            if (!events.empty() && !page(events)) return;
+            if (r->sessions.size() < kPage || r->next <= from) break;  // the table is done
+            from = r->next;
+        }
     }
-    return all;
 }
 
 std::unique_ptr<DpRequest> Gateway::ask_lcore(std::unique_ptr<DpRequest> req, std::chrono::milliseconds timeout,

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -69,8 +70,9 @@ private:
     // not take it in time.
     void set_worker_peers(const Config& c);
     // Hands `r` to worker `w` and waits until it is done; throws MgmtError if it takes too long.
-    // Every session the workers hold, as opened events: what a member asking for a resync gets.
-    std::vector<SessionEvent> session_events_of_all();
+    // Every session the workers hold, as opened events, a page per request to each worker: what a
+    // member asking for a resync gets. Stops when `page` returns false; throws when a worker does not answer.
+    void dump_session_events(const std::function<bool(std::span<const SessionEvent>)>& page);
     std::unique_ptr<DpRequest> ask_lcore(std::unique_ptr<DpRequest> r, std::chrono::milliseconds timeout,
                                          std::size_t w = 0);
     // Picks the lcores of [dataplane] workers from the EAL's; throws naming the setting when short.

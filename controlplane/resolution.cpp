@@ -643,14 +643,10 @@ void ResolutionService::flush(uint64_t now_ms) {
 
 void ResolutionService::warm(std::vector<StoredProcess> all, std::string version) {
     std::lock_guard lock(warm_mu_);
+    warm_size_.store(all.size(), std::memory_order_relaxed);
     warm_ = std::move(all);
     warm_version_ = std::move(version);
-    ++warm_loads_;
-}
-
-std::size_t ResolutionService::warm_size() const {
-    std::lock_guard lock(warm_mu_);
-    return warm_.size();
+    warm_loads_.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::size_t ResolutionService::take_over(uint64_t now_ms) {
@@ -658,14 +654,16 @@ std::size_t ResolutionService::take_over(uint64_t now_ms) {
     std::vector<StoredProcess> all;
     bool from_warm = false;
     if (store_ != nullptr) {
-        std::unique_lock wl(warm_mu_);
-        if (warm_version_ && store_->version() == *warm_version_) {
+        std::optional<std::string> copy_version;
+        {
+            std::lock_guard wl(warm_mu_);
             all = std::move(warm_);
-            from_warm = true;
+            warm_.clear();
+            copy_version = std::move(warm_version_);
+            warm_version_.reset();
+            warm_size_.store(0, std::memory_order_relaxed);
         }
-        warm_.clear();
-        warm_version_.reset();
-        wl.unlock();
+        from_warm = copy_version && store_->version() == *copy_version;
         if (!from_warm) all = store_->load();
     }
     FG_LOG(INFO, resolve, "directory: %zu process(es) from %s in %lld ms", all.size(),

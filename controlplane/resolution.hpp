@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -53,9 +54,10 @@ public:
     };
     // In order: a process's last op in the span is what the store keeps.
     virtual void write(std::span<const Op> ops) = 0;
-    virtual std::vector<StoredProcess> load() = 0;
-    // A token that changes whenever what load() reads does; cheap to ask. A copy read by load()
-    // after version() gave V is current for as long as version() still gives V.
+    // Every stored process; `version` (may be null) gets the version of exactly what was read.
+    virtual std::vector<StoredProcess> load(std::string* version = nullptr) = 0;
+    // A token that changes whenever what load() reads does; cheap to ask. A copy load() read at
+    // version V is current for as long as version() still gives V.
     virtual std::string version() = 0;
 };
 
@@ -97,14 +99,11 @@ public:
     // copy (warm()) that is still current (its version is the store's), it is taken up without
     // reading the directory again.
     std::size_t take_over(uint64_t now_ms);
-    // A standby's copy of the store's directory, read after the store gave `version`: kept for the
+    // A standby's copy of the store's directory and the version load() read it at: kept for the
     // next take_over. Any thread.
     void warm(std::vector<StoredProcess> all, std::string version);
-    std::size_t warm_size() const;
-    uint64_t warm_loads() const {
-        std::lock_guard lock(warm_mu_);
-        return warm_loads_;
-    }
+    std::size_t warm_size() const { return warm_size_.load(std::memory_order_relaxed); }
+    uint64_t warm_loads() const { return warm_loads_.load(std::memory_order_relaxed); }
 
     // `fedgatectl reload`: the peers become `next`'s. A new peer gets a stream with a snapshot; a
     // removed one loses its stream, and what it announced or answered leaves the cache (with the
@@ -199,10 +198,12 @@ private:
     std::vector<Staged> staged_;
     // The driving thread holds it while it works; management threads while they read.
     mutable std::mutex mu_;
-    mutable std::mutex warm_mu_;  // the warm copy, apart from mu_: a standby fills it from another thread
+    // The warm copy, apart from mu_ (a standby fills it from another thread); never held across a
+    // call to the store.
+    mutable std::mutex warm_mu_;
     std::vector<StoredProcess> warm_;
     std::optional<std::string> warm_version_;
-    uint64_t warm_loads_ = 0;  // under warm_mu_
+    std::atomic<uint64_t> warm_loads_{0}, warm_size_{0};
 };
 
 }  // namespace fedgate

@@ -21,6 +21,9 @@ namespace {
 
 constexpr char kMagic[4] = {'F', 'G', 'S', 'E'};
 constexpr std::size_t kEventBytes = 32;
+constexpr std::size_t kFixedHead = 22;  // boot, seq, count, part
+constexpr uint64_t kKeepaliveMs = 1000;  // an empty events datagram when nothing else went out
+constexpr std::size_t kDumpPage = 4096;  // sessions a worker copies per request of a resync
 constexpr uint64_t kResyncGapMs = 1000;  // a member asks (and is answered) at most this often
 constexpr int kPollMs = 20;              // how long the loop waits for a datagram between sends
 
@@ -49,7 +52,7 @@ std::string addr_text(uint32_t addr, uint16_t port) { return format_ipv4(addr) +
 // Wire format.
 
 std::vector<uint8_t> SyncDatagram::encode() const {
-    std::vector<uint8_t> b(8 + member.size() + 18 + events.size() * kEventBytes);
+    std::vector<uint8_t> b(8 + member.size() + kFixedHead + events.size() * kEventBytes);
     uint8_t* p = b.data();
     const auto be = [&p](uint64_t v, int bytes) {
         for (int i = bytes - 1; i >= 0; --i) *p++ = static_cast<uint8_t>(v >> (8 * i));
@@ -67,6 +70,7 @@ std::vector<uint8_t> SyncDatagram::encode() const {
     be(boot, 8);
     be(seq, 8);
     be(events.size(), 2);
+    be(part, 4);
     for (const SessionEvent& e : events) {
         *p++ = e.type, *p++ = e.proto, *p++ = e.kind, *p++ = e.out_port;
         raw(&e.in_src, 4), raw(&e.in_dst, 4), raw(&e.in_sport, 2), raw(&e.in_dport, 2);
@@ -89,7 +93,7 @@ std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, st
     d.flags = in[6];
     const std::size_t name_len = in[7];
     if (name_len == 0 || name_len > 32) return bad("member name of " + std::to_string(name_len) + " bytes");
-    const std::size_t head = 8 + name_len + 18;
+    const std::size_t head = 8 + name_len + kFixedHead;
     if (in.size() < head) return bad("cut short in its header");
     d.member.assign(reinterpret_cast<const char*>(in.data() + 8), name_len);
     if (!valid_name(d.member)) return bad("member name is not 1-32 of A-Z a-z 0-9 _ -");
@@ -97,6 +101,8 @@ std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, st
     d.boot = get_be(p, 8);
     d.seq = get_be(p + 8, 8);
     const std::size_t count = get_be(p + 16, 2);
+    d.part = static_cast<uint32_t>(get_be(p + 18, 4));
+    if (d.kind != Kind::snapshot && d.part != 0) return bad("part " + std::to_string(d.part) + " of a datagram that is no snapshot");
     if (count > kMaxEvents) return bad(std::to_string(count) + " events (at most " + std::to_string(kMaxEvents) + ")");
     if (in.size() != head + count * kEventBytes)
         return bad(std::to_string(in.size()) + " bytes for " + std::to_string(count) + " events");
@@ -159,10 +165,24 @@ bool SessionMirror::apply(const SyncDatagram& d) {
         if (d.flags & SyncDatagram::kFirst) {
             f.sessions.clear();
             f.next_seq = d.seq;  // events the sender sent before it took the table are in it
+            f.next_part = 0;
+            f.in_snapshot = true;
+            f.synced = false;
+        }
+        if (!f.in_snapshot || d.part != f.next_part) {  // a part lost or out of order: ask again
+            f.in_snapshot = false;
+            ++counters_.snapshot_parts_missed;
+            return true;
         }
         for (const SessionEvent& e : d.events) put(f, e);
+        ++f.next_part;
+        if (d.flags & SyncDatagram::kLast) {
+            f.in_snapshot = false;
+            f.synced = true;
+        }
         return resync;
     }
+    if (d.seq > UINT64_MAX - d.events.size()) return true;  // only a forged datagram: ask for the table
     const uint64_t end = d.seq + d.events.size();
     if (end <= f.next_seq && !d.events.empty()) {
         ++counters_.duplicates;
@@ -205,6 +225,10 @@ SessionSync::SessionSync(std::string member, std::pair<uint32_t, uint16_t> liste
       mirror_(max_mirrored) {
     fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw std::runtime_error(std::string("[cluster] sync: socket: ") + std::strerror(errno));
+    // Room for a resync's burst both ways (the kernel caps it at its rmem_max/wmem_max).
+    const int buf = 4 << 20;
+    (void)::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    (void)::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(listen_.first);
@@ -237,10 +261,16 @@ void SessionSync::loop() {
     while (!stop_.load(std::memory_order_relaxed)) {
         pollfd p{fd_, POLLIN, 0};
         (void)::poll(&p, 1, kPollMs);
-        peers_ = io_.peers();
-        receive();
-        send_events();
-        ask_for_resyncs(mono_ms());
+        try {
+            peers_ = io_.peers();
+            receive();
+            send_events();
+            ask_for_resyncs(mono_ms());
+        } catch (const std::exception& e) {  // a worker that did not answer a resync's dump, ...: go on
+            FG_LOG(WARNING, gateway, "cluster: session events: %s", e.what());
+            std::lock_guard lk(mu_);
+            ++counters_.failures;
+        }
     }
 }
 
@@ -250,24 +280,49 @@ std::optional<SyncPeer> SessionSync::peer_at(uint32_t addr, uint16_t port) const
     return std::nullopt;
 }
 
-void SessionSync::send_to(const SyncPeer& p, const SyncDatagram& d) {
+bool SessionSync::send_to(const SyncPeer& p, const SyncDatagram& d) {
     const std::vector<uint8_t> b = d.encode();
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(p.addr);
     sa.sin_port = htons(p.port);
-    const bool ok = ::sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) ==
-                    static_cast<ssize_t>(b.size());
+    const auto send = [&] {
+        return ::sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) ==
+               static_cast<ssize_t>(b.size());
+    };
+    bool ok = send();
+    if (!ok && (errno == EAGAIN || errno == EWOULDBLOCK)) {  // the send buffer is full: wait for room once
+        pollfd w{fd_, POLLOUT, 0};
+        ok = ::poll(&w, 1, 50) == 1 && send();
+    }
+    last_send_ms_ = mono_ms();
     std::lock_guard lk(mu_);
     if (!ok) ++counters_.send_errors;
     else ++counters_.datagrams_sent;
+    return ok;
 }
 
 void SessionSync::send_events() {
+    // Events the workers lost never reach us: they still take their numbers, so a receiver sees the
+    // gap and asks for the whole table.
+    if (io_.lost) {
+        const uint64_t lost = io_.lost();
+        if (lost > lost_seen_) seq_ += lost - lost_seen_;
+        lost_seen_ = std::max(lost_seen_, lost);
+    }
     SessionEvent buf[SyncDatagram::kMaxEvents];
     for (int round = 0; round < 64; ++round) {  // at most 2,560 events a turn, so receiving goes on
         const std::size_t n = io_.take(buf, SyncDatagram::kMaxEvents);
-        if (n == 0) return;
+        if (n == 0) {
+            if (round == 0 && mono_ms() - last_send_ms_ >= kKeepaliveMs && !peers_.empty()) {
+                SyncDatagram d;  // nothing to say: where the sequence is, so a gap shows
+                d.member = member_;
+                d.boot = boot_;
+                d.seq = seq_;
+                for (const SyncPeer& p : peers_) send_to(p, d);
+            }
+            return;
+        }
         SyncDatagram d;
         d.kind = SyncDatagram::Kind::events;
         d.member = member_;
@@ -282,21 +337,33 @@ void SessionSync::send_events() {
 }
 
 void SessionSync::send_snapshot(const SyncPeer& p) {
-    const std::vector<SessionEvent> all = io_.dump();
+    // The table a page at a time, as the workers give it; a full datagram waits until the next
+    // event shows it is not the last, so the last part carries the flag.
     SyncDatagram d;
     d.kind = SyncDatagram::Kind::snapshot;
     d.member = member_;
     d.boot = boot_;
     d.seq = seq_;
-    std::size_t i = 0;
-    do {
-        const std::size_t n = std::min(SyncDatagram::kMaxEvents, all.size() - i);
-        d.events.assign(all.begin() + static_cast<std::ptrdiff_t>(i), all.begin() + static_cast<std::ptrdiff_t>(i + n));
-        d.flags = static_cast<uint8_t>((i == 0 ? SyncDatagram::kFirst : 0) | (i + n == all.size() ? SyncDatagram::kLast : 0));
-        send_to(p, d);
-        i += n;
-    } while (i < all.size());
-    FG_LOG(INFO, gateway, "cluster: sent member %s our %zu sessions (resync)", p.member.c_str(), all.size());
+    d.flags = SyncDatagram::kFirst;
+    std::size_t total = 0;
+    bool ok = true;
+    io_.dump([&](std::span<const SessionEvent> page) {
+        for (const SessionEvent& e : page) {
+            if (d.events.size() == SyncDatagram::kMaxEvents) {
+                ok = send_to(p, d) && ok;
+                d.events.clear();
+                d.flags = 0;
+                ++d.part;
+            }
+            d.events.push_back(e);
+        }
+        total += page.size();
+        return !stop_.load(std::memory_order_relaxed);
+    });
+    d.flags |= SyncDatagram::kLast;
+    ok = send_to(p, d) && ok;
+    FG_LOG(INFO, gateway, "cluster: sent member %s our %zu sessions in %u datagram(s) (resync)%s", p.member.c_str(), total,
+           d.part + 1, ok ? "" : ", some not sent");
     std::lock_guard lk(mu_);
     ++counters_.resyncs_sent;
 }
@@ -335,8 +402,12 @@ void SessionSync::receive() {
             std::lock_guard lk(mu_);
             resync = mirror_.apply(*d);
         }
-        if (d->kind == SyncDatagram::Kind::snapshot && (d->flags & SyncDatagram::kFirst)) want_.erase(peer->member);
-        if (resync) want_.insert(peer->member);
+        if (resync) {
+            want_.insert(peer->member);
+        } else if (d->kind == SyncDatagram::Kind::snapshot && (d->flags & SyncDatagram::kLast)) {
+            std::lock_guard lk(mu_);
+            if (mirror_.synced(peer->member)) want_.erase(peer->member);
+        }
     }
 }
 
@@ -391,6 +462,8 @@ nlohmann::ordered_json SessionSync::status() const {
             {"resyncs_requested", c.resyncs_requested},
             {"resyncs_sent", c.resyncs_sent},
             {"mirror_full", c.mirror.full},
+            {"snapshot_parts_missed", c.mirror.snapshot_parts_missed},
+            {"failures", c.failures},
             {"mirrored", c.mirrored},
             {"mirrored_from", from}};
 }

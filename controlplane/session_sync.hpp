@@ -37,10 +37,12 @@ struct SyncPeer {
 
 // One datagram of the channel. On the wire (multi-byte fields big-endian):
 //   "FGSE" | version 1 | kind | flags | name length | member name | boot (8) | seq (8) | count (2)
-//   | count events of 32 bytes: type proto kind out_port | in src dst sport dport | out src dst
-//   sport dport | timeout_ms
-// `boot` names the sender's run; `seq` is the sender's number for the first event (events) or
-// how many events it had sent when it took the table (snapshot: flags first/last mark the parts).
+//   | part (4) | count events of 32 bytes: type proto kind out_port | in src dst sport dport | out
+//   src dst sport dport | timeout_ms
+// `boot` names the sender's run; `seq` is the sender's number for the first event (events; an
+// empty events datagram, sent each second when there is nothing else, says where the sequence is)
+// or how many events it had sent when it took the table (snapshot: parts numbered from 0, flags
+// first/last mark the ends; a part out of order makes the receiver ask again).
 struct SyncDatagram {
     enum class Kind : uint8_t { events = 1, resync_request = 2, snapshot = 3 };
     static constexpr uint8_t kFirst = 1, kLast = 2;
@@ -51,6 +53,7 @@ struct SyncDatagram {
     std::string member;
     uint64_t boot = 0;
     uint64_t seq = 0;
+    uint32_t part = 0;
     std::vector<SessionEvent> events;
 
     std::vector<uint8_t> encode() const;
@@ -59,7 +62,8 @@ struct SyncDatagram {
 };
 
 struct MirrorCounters {
-    uint64_t events_received = 0, datagrams_received = 0, events_missed = 0, duplicates = 0, full = 0;
+    uint64_t events_received = 0, datagrams_received = 0, events_missed = 0, duplicates = 0, full = 0,
+             snapshot_parts_missed = 0;
 };
 
 // Other members' session tables as their events tell them. Pure (no sockets, no clock).
@@ -71,6 +75,11 @@ public:
     // event.
     bool apply(const SyncDatagram& d);
     bool knows(const std::string& member) const { return from_.count(member) != 0; }
+    // The member's last snapshot arrived whole (every part in order through the last).
+    bool synced(const std::string& member) const {
+        const auto it = from_.find(member);
+        return it != from_.end() && it->second.synced;
+    }
     std::size_t sessions(const std::string& member) const;
     std::size_t total() const;
     const MirrorCounters& counters() const { return counters_; }
@@ -92,6 +101,9 @@ private:
     struct From {
         uint64_t boot = 0;
         uint64_t next_seq = 0;
+        uint32_t next_part = 0;      // of the snapshot under way
+        bool in_snapshot = false;    // its first part came, its last not yet
+        bool synced = false;         // the last snapshot came whole
         std::unordered_map<Key, SessionEvent, KeyHash> sessions;
     };
     void put(From& f, const SessionEvent& e);
@@ -103,7 +115,7 @@ private:
 
 struct SyncCounters {
     uint64_t events_sent = 0, datagrams_sent = 0, send_errors = 0, resyncs_sent = 0, resyncs_requested = 0,
-             rejected = 0;
+             rejected = 0, failures = 0;
     MirrorCounters mirror;
     uint64_t mirrored = 0;  // sessions in the mirror now
 };
@@ -113,8 +125,12 @@ public:
     struct Io {
         // Up to `max` events the workers logged (the session-event ring); returns how many.
         std::function<std::size_t(SessionEvent* out, std::size_t max)> take;
-        // Every session the workers hold now, as opened events (for a resync).
-        std::function<std::vector<SessionEvent>()> dump;
+        // Every session the workers hold now, as opened events, a page at a time to `page` (for a
+        // resync); stops early when `page` returns false. Throws when a worker does not answer.
+        using Page = std::function<bool(std::span<const SessionEvent>)>;
+        std::function<void(const Page& page)> dump;
+        // Events the workers could not log or hand over (nat.session_events_lost), ever.
+        std::function<uint64_t()> lost;
         // The group's other members that publish a sync address.
         std::function<std::vector<SyncPeer>()> peers;
     };
@@ -134,7 +150,7 @@ private:
     void send_events();
     void receive();
     void ask_for_resyncs(uint64_t now_ms);
-    void send_to(const SyncPeer& p, const SyncDatagram& d);
+    bool send_to(const SyncPeer& p, const SyncDatagram& d);  // false when it could not be sent
     void send_snapshot(const SyncPeer& p);
     std::optional<SyncPeer> peer_at(uint32_t addr, uint16_t port) const;
 
@@ -143,7 +159,9 @@ private:
     Io io_;
     int fd_ = -1;
     uint64_t boot_;
-    uint64_t seq_ = 0;  // events sent so far
+    uint64_t seq_ = 0;  // events sent so far, and those lost before they reached us
+    uint64_t lost_seen_ = 0;
+    uint64_t last_send_ms_ = 0;  // anything sent to the peers (an empty events datagram each second else)
     std::vector<SyncPeer> peers_;  // as io_.peers() said last (loop thread)
     std::map<std::string, uint64_t> last_resync_ask_ms_, last_resync_sent_ms_;
     std::set<std::string> want_;  // members whose table we need whole (asked once a second until it comes)

@@ -728,13 +728,19 @@ void Dataplane::answer(DpRequest& r) {
         if (resolver_ != nullptr) resolver_->set_peers(r.peer_parties);
         break;
     case DpRequest::Kind::session_dump:
+    {
         r.sessions.clear();
-        nat_.sessions().visit(0, [&](const Session& s) {
-            if (r.sessions.size() >= r.limit || r.sessions.size() == r.sessions.capacity()) return false;
-            r.sessions.push_back(s);
-            return true;
-        });
+        const std::size_t room = std::min<std::size_t>(r.limit, r.sessions.capacity());
+        if (room == 0) {
+            r.next = r.from;
+        } else {
+            r.next = nat_.sessions().visit(r.from, [&](const Session& s) {
+                r.sessions.push_back(s);
+                return r.sessions.size() < room;  // false once full: the next page starts after it
+            });
+        }
         r.total = nat_.session_count();
+    }
         break;
     }
     r.now_ms = now_ms_;

@@ -178,6 +178,9 @@ struct DpRings {
 struct DpRequest {
     enum class Kind : uint8_t { session_dump, resolve, set_peers } kind = Kind::session_dump;
     uint32_t limit = 0;
+    // session_dump: the sessions from pool index `from` on, up to `limit`; `next` is where the next
+    // page starts (SessionTable::visit: its capacity when the table is done).
+    uint32_t from = 0, next = 0;
     std::vector<Session> sessions;
     uint64_t total = 0;
     uint64_t now_ms = 0;

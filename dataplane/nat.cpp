@@ -469,6 +469,9 @@ Nat::Verdict Nat::handle_icmp_error(uint8_t* l3, const ParsedPacket& p) {
 }
 
 uint32_t Nat::expire(uint64_t now_ms, uint32_t budget) {
+    // Each session looked at may expire and be logged: no more than the log has room for, so no
+    // close is lost to a long sweep (the rest waits for the next poll, after the log is flushed).
+    if (log_events_) budget = std::min(budget, kEventLog - events_len_);
     const uint32_t n = sessions_.sweep(now_ms, budget, [this](Session& s) {
         log_event(s, SessionEvent::closed);
         pools_[s.alloc_pool][static_cast<int>(l4_of(s.key[0].proto))].give(s.alloc_port);

@@ -154,7 +154,7 @@ start() { # start GW — fedgated in its namespace; waits until it answers
 # node b's web server, behind beta's export
 mkdir -p "$WORK/www"
 echo "served by node b $P" >"$WORK/www/index.html"
-nsx "$P-bn" python3 -m http.server 8000 --bind 198.18.2.10 --directory "$WORK/www" >/dev/null 2>&1 &
+ip netns exec "$P-bn" python3 -m http.server 8000 --bind 198.18.2.10 --directory "$WORK/www" >/dev/null 2>&1 &
 BG_PIDS+=($!)
 fetch() { nsx "$P-an" curl -s --max-time "${1:-2}" http://198.18.1.1:8080/index.html; }
 fetch_ok() { [[ $(fetch "$@") == "served by node b $P" ]]; }
@@ -186,6 +186,10 @@ check "a2 counted what it held back as cluster_standby" eval '(($(js a2 "r[\"dro
 # ---- session events: the standby mirrors the active's sessions ------------------------------------------
 sessions_of() { js "$1" "r['total']" session list; }
 mirrored() { js "$1" "r['sessions']['mirrored']" cluster status; }
+# A connection held open through a1 (curl's own sessions close, and expire 10 s later).
+ip netns exec "$P-an" python3 -c 'import socket,time; s=socket.create_connection(("198.18.1.1", 8080), timeout=10); time.sleep(900)' >/dev/null 2>&1 &
+HOLDER=$!
+BG_PIDS+=($HOLDER)
 check "a1 sent its session events" eval '(($(js a1 "r[\"sessions\"][\"events_sent\"]" cluster status) > 0))'
 check "a2 mirrors every session a1 holds" wait_for "a2's mirror to match a1's sessions" \
     eval '(( $(sessions_of a1) > 0 && $(mirrored a2) == $(sessions_of a1) ))'
@@ -197,14 +201,15 @@ check "a1 lost no session event" eq "$(js a1 "r['nat']['session_events_lost']" s
 forge() { nsx "$P-a1" python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(("198.18.250.21",7961)); s.sendto(bytes.fromhex(sys.argv[1]),("198.18.250.22",7960))' "$1"; }
 a1_run() { js a2 "r['sessions']['mirrored_from'][0]['boot']" cluster status; }
 before=$(a1_run)
-forge "4647534501010102613100000000000000070000000000000000000001060001c6120a0ac6120101138913880000000000000000000000000000ffff"
+forge "464753450101010261310000000000000007000000000000000000010000000001060001c6120a0ac612010113891388c6130001c6130002138a177000000000"
 check "a2 drops a session-event datagram from a non-member's address" wait_for "a2 to count it" \
     eval '(($(js a2 "r[\"sessions\"][\"rejected\"]" cluster status) >= 1))'
 check "the forged datagram (a1's name, run 7) changed nothing" eval '[[ $(a1_run) == "$before" && $before != 7 ]]'
+kill "$HOLDER" 2>/dev/null || true
 
 # ---- a process registered at the active: in the store before it hears "ok" --------------------------
 NODE=$BUILD/tools/fedgate-node
-nsx "$P-an" "$NODE" --gateway 198.18.1.1 register --pid 1.2.42 --transport tcp --listen 198.18.1.10:7000 >"$WORK/reg.out" 2>&1 &
+ip netns exec "$P-an" "$NODE" --gateway 198.18.1.1 register --pid 1.2.42 --transport tcp --listen 198.18.1.10:7000 >"$WORK/reg.out" 2>&1 &
 BG_PIDS+=($!)
 check "node a registered process 1.2.42 at the active" wait_for "the registration" grep -q "^registered 1.2.42" "$WORK/reg.out"
 check "the store holds the registration" eval '[[ $(etcd_ctl get --prefix /fedgate/alpha/processes/ --keys-only | grep -c .) == 1 ]]'
@@ -230,7 +235,7 @@ check "the burst's registrations expired at both gateways and left the store" wa
 
 # A process of party beta that processes of alpha connect to by ID (tcp transport, through both
 # parties' gateways: relayed handshake, automatic mappings).
-nsx "$P-bn" "$NODE" --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --transport tcp >"$WORK/listen.out" 2>&1 &
+ip netns exec "$P-bn" "$NODE" --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --transport tcp >"$WORK/listen.out" 2>&1 &
 BG_PIDS+=($!)
 check "node b's process 2.7.42 listens" wait_for "2.7.42 to listen" grep -q "^listening 2.7.42" "$WORK/listen.out"
 connect_by_id() { # connect_by_id LOCAL — a new alpha process 1.3.LOCAL sends 64 KiB to 2.7.42
@@ -308,6 +313,8 @@ check "a1 restarted stands by" wait_for "a1 to stand by" is_role a1 standby
 check "a1 holds every mapping the group added" wait_for "a1's mappings" \
     eval '[[ $(js a1 "sorted(m[\"port\"] for m in r[\"imports\"])" map list) == "[8080, 8081, 8082]" ]]'
 check "curl still goes through a2" fetch_ok 3
+ip netns exec "$P-an" python3 -c 'import socket,time; s=socket.create_connection(("198.18.1.1", 8080), timeout=10); time.sleep(900)' >/dev/null 2>&1 &
+BG_PIDS+=($!)
 check "a1 restarted asked a2 for its sessions and got them (a resync)" wait_for "a1's mirror of a2" \
     eval '(( $(js a2 "r[\"sessions\"][\"resyncs_sent\"]" cluster status) >= 1 && $(mirrored a1) > 0 && $(mirrored a1) == $(sessions_of a2) ))'
 

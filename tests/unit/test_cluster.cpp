@@ -453,6 +453,21 @@ TEST(StoreDirectory, ItsVersionChangesWithEveryChangeToTheProcessesAndOnlyThen) 
     EXPECT_EQ(sum.max_mod_revision, all[0].mod_revision);
 }
 
+TEST(StoreDirectory, ACopyCarriesTheVersionOfItsOwnReadSoAnAddedThenRemovedProcessIsNoticed) {
+    Clock c;
+    MemStore store(c.fn());
+    fedgate::StoreDirectory dir(store, ClusterKeys("alpha"));
+    dir.write(std::vector<fedgate::DirectoryStore::Op>{{false, {node_record(1), 0xC612010A, 40001}}});
+    const std::string before = dir.version();  // a standby asks: changed since its last copy
+    dir.write(std::vector<fedgate::DirectoryStore::Op>{{false, {node_record(2), 0xC612010A, 40002}}});  // meanwhile
+    std::string v;
+    EXPECT_EQ(dir.load(&v).size(), 2u);  // its copy holds 1.2.2
+    EXPECT_EQ(v, dir.version());
+    dir.write(std::vector<fedgate::DirectoryStore::Op>{{true, {node_record(2), 0, 0}}});  // and 1.2.2 is gone
+    EXPECT_EQ(dir.version(), before) << "the store is back where the question found it";
+    EXPECT_NE(dir.version(), v) << "but not where the copy was read: a takeover reads the store";
+}
+
 // The resolution service of a group's member: a registration is answered only once the store took
 // it; a store that cannot take it gets the process store_unavailable and the registration undone;
 // a member that takes over holds what the store held.
@@ -532,7 +547,7 @@ TEST_F(MemberDirectory, AMemberThatTakesOverHoldsWhatTheStoreHeld) {
 struct CountingDirectory final : fedgate::DirectoryStore {
     explicit CountingDirectory(fedgate::DirectoryStore& real) : real(real) {}
     void write(std::span<const Op> ops) override { real.write(ops); }
-    std::vector<fedgate::StoredProcess> load() override { return ++loads, real.load(); }
+    std::vector<fedgate::StoredProcess> load(std::string* v) override { return ++loads, real.load(v); }
     std::string version() override { return real.version(); }
     fedgate::DirectoryStore& real;
     int loads = 0;
@@ -546,8 +561,10 @@ TEST_F(MemberDirectory, AStandbysWarmCopyIsTakenUpWithoutReadingTheStoreWhileItI
     fedgate::ResolveCache cache2{64};
     fedgate::ResolutionService other(cfg, cache2, [](uint32_t, uint16_t, std::span<const uint8_t>) {}, [] {});
     other.set_directory_store(&counting);
-    const std::string v = counting.version();
-    other.warm(counting.load(), v);
+    std::string v;
+    auto copy = counting.load(&v);
+    EXPECT_EQ(v, counting.version()) << "the copy's version is the store's";
+    other.warm(std::move(copy), v);
     EXPECT_EQ(other.stats()["directory"]["warm"], 2u);
     EXPECT_EQ(other.stats()["directory"]["local"], 0u) << "a warm copy is not the directory yet";
     EXPECT_EQ(other.take_over(clock.ms), 2u);
@@ -564,8 +581,9 @@ TEST_F(MemberDirectory, AWarmCopyTheStoreHasMovedOnFromIsNotUsed) {
     fedgate::ResolveCache cache2{64};
     fedgate::ResolutionService other(cfg, cache2, [](uint32_t, uint16_t, std::span<const uint8_t>) {}, [] {});
     other.set_directory_store(&counting);
-    const std::string v = counting.version();
-    other.warm(counting.load(), v);
+    std::string v;
+    auto copy = counting.load(&v);
+    other.warm(std::move(copy), v);
     reg(6, 17);  // registered at the active after the standby's copy
     svc->flush(clock.ms);
     EXPECT_EQ(other.take_over(clock.ms), 2u) << "the store read again: 1.2.6 is there too";

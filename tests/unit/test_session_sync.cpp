@@ -28,6 +28,14 @@ NatConfig quick_timeouts() {
 
 std::vector<SessionEvent> events_of(const Nat& nat) { return {nat.events().begin(), nat.events().end()}; }
 
+// A whole sweep of the table: while events are logged, one expire() looks at no more sessions than
+// the log has room for.
+uint32_t expire_all(Nat& nat, uint64_t now) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i <= nat.sessions().capacity() / Nat::kEventLog; ++i) n += nat.expire(now, nat.sessions().capacity());
+    return n;
+}
+
 TEST(NatSessionEvents, NoneAreLoggedUntilTurnedOn) {
     NatRig rig(quick_timeouts());
     auto f = tcp_frame(kNode, 40000, kInternalAddr, kImportTcpPort, kSyn);
@@ -62,15 +70,30 @@ TEST(NatSessionEvents, AnImportOpensWithBothTuplesAndItsTimeoutThenClosesOnExpir
     EXPECT_EQ(o.timeout_ms, 1000u);  // a SYN alone: transitory
     rig.nat.clear_events();
 
-    EXPECT_EQ(rig.nat.expire(1199, rig.nat.sessions().capacity()), 0u);
+    EXPECT_EQ(expire_all(rig.nat, 1199), 0u);
     EXPECT_TRUE(rig.nat.events().empty());
-    EXPECT_EQ(rig.nat.expire(1200, rig.nat.sessions().capacity()), 1u);
+    EXPECT_EQ(expire_all(rig.nat, 1200), 1u);
     ev = events_of(rig.nat);
     ASSERT_EQ(ev.size(), 1u);
     EXPECT_EQ(ev[0].type, SessionEvent::closed);
     EXPECT_EQ(ev[0].in_src, o.in_src);
     EXPECT_EQ(ev[0].in_sport, o.in_sport);
     EXPECT_EQ(ev[0].out_sport, o.out_sport);
+}
+
+TEST(NatSessionEvents, ASweepExpiresNoMoreThanTheLogHasRoomFor) {
+    NatRig rig(quick_timeouts());
+    rig.nat.log_events(true);
+    for (uint32_t i = 0; i < Nat::kEventLog; ++i) {
+        auto f = udp_frame(kNode, static_cast<uint16_t>(30000 + i), kInternalAddr, kImportUdpPort);
+        ASSERT_EQ(rig.handle(f, 0, 0).kind, Nat::Verdict::Kind::forward);
+    }
+    ASSERT_EQ(rig.nat.events().size(), Nat::kEventLog);  // full of opens
+    EXPECT_EQ(expire_all(rig.nat, 5000), 0u) << "no room to log a close: nothing expires yet";
+    rig.nat.clear_events();  // the data plane flushed it
+    EXPECT_EQ(expire_all(rig.nat, 5000), Nat::kEventLog);
+    EXPECT_EQ(rig.nat.events().size(), Nat::kEventLog);
+    EXPECT_EQ(rig.nat.counters().session_events_lost.get(), 0u) << "no close was lost";
 }
 
 TEST(NatSessionEvents, AnExportIsLoggedAsAnExport) {
@@ -136,7 +159,7 @@ TEST(SyncDatagram, RoundTripsEveryField) {
     d.events[1].kind = 1;
     d.flags = 3;
     const std::vector<uint8_t> b = d.encode();
-    EXPECT_EQ(b.size(), 8 + 5 + 18 + 2 * 32u);
+    EXPECT_EQ(b.size(), 8 + 5 + 22 + 2 * 32u);
     std::string why;
     const auto back = SyncDatagram::decode(b, &why);
     ASSERT_TRUE(back) << why;
@@ -154,13 +177,13 @@ TEST(SyncDatagram, RoundTripsEveryField) {
                                          c.out_src, c.out_dst, c.out_sport, c.out_dport, c.timeout_ms}));
     }
     // The timeout is big-endian on the wire, whatever the host.
-    const std::size_t t = 8 + 5 + 18 + 28;
+    const std::size_t t = 8 + 5 + 22 + 28;
     EXPECT_EQ((b[t] << 24 | b[t + 1] << 16 | b[t + 2] << 8 | b[t + 3]), 123456);
 }
 
 TEST(SyncDatagram, EachMalformedFieldIsRefusedAndNamed) {
     const std::vector<uint8_t> good = events_dgram("a1", 1, 0, {ev(SessionEvent::opened, 1)}).encode();
-    const std::size_t ev0 = 8 + 2 + 18;
+    const std::size_t ev0 = 8 + 2 + 22;
     struct Case {
         const char* what;
         std::size_t at;
@@ -173,7 +196,8 @@ TEST(SyncDatagram, EachMalformedFieldIsRefusedAndNamed) {
         {"name length 0", 7, 0, "member name of 0 bytes"},
         {"name length 40", 7, 40, "member name of 40 bytes"},
         {"name chars", 8, '/', "member name is not"},
-        {"count", ev0 - 1, 2, "bytes for 2 events"},
+        {"count", 8 + 2 + 17, 2, "bytes for 2 events"},
+        {"part of an events datagram", ev0 - 1, 1, "part 1 of a datagram that is no snapshot"},
         {"event type", ev0, 3, "event 0: type 3"},
         {"event protocol", ev0 + 1, 1, "event 0: protocol 1"},
         {"event kind", ev0 + 2, 2, "event 0: kind 2"},
@@ -255,8 +279,11 @@ TEST(SessionMirror, ASnapshotReplacesTheTableAndEventsFollowOnWithoutAGap) {
     SyncDatagram s2 = events_dgram("a1", 9, 20, {ev(SessionEvent::opened, 102)});
     s2.kind = SyncDatagram::Kind::snapshot;
     s2.flags = SyncDatagram::kLast;
+    s2.part = 1;
     EXPECT_FALSE(m.apply(s1));
+    EXPECT_FALSE(m.synced("a1")) << "its last part is still to come";
     EXPECT_FALSE(m.apply(s2));
+    EXPECT_TRUE(m.synced("a1"));
     EXPECT_EQ(m.sessions("a1"), 3u);  // port 1's session was not in the sender's table
     EXPECT_FALSE(m.apply(events_dgram("a1", 9, 20, {ev(SessionEvent::closed, 100)})));
     EXPECT_EQ(m.counters().events_missed, 0u);
@@ -268,6 +295,34 @@ TEST(SessionMirror, ASnapshotReplacesTheTableAndEventsFollowOnWithoutAGap) {
     m.apply(empty);
     EXPECT_EQ(m.sessions("a1"), 0u);
     EXPECT_TRUE(m.knows("a1"));
+}
+
+TEST(SessionMirror, ASnapshotWithAPartMissingAsksAgainAndIsNotSynced) {
+    SessionMirror m(100);
+    SyncDatagram p0 = events_dgram("a1", 9, 0, {ev(SessionEvent::opened, 1)});
+    p0.kind = SyncDatagram::Kind::snapshot;
+    p0.flags = SyncDatagram::kFirst;
+    SyncDatagram p2 = events_dgram("a1", 9, 0, {ev(SessionEvent::opened, 3)});
+    p2.kind = SyncDatagram::Kind::snapshot;
+    p2.flags = SyncDatagram::kLast;
+    p2.part = 2;  // part 1 was lost
+    EXPECT_FALSE(m.apply(p0));
+    EXPECT_TRUE(m.apply(p2)) << "a part out of order asks for the table again";
+    EXPECT_FALSE(m.synced("a1"));
+    EXPECT_EQ(m.counters().snapshot_parts_missed, 1u);
+    EXPECT_EQ(m.sessions("a1"), 1u) << "nothing of the broken snapshot after the gap is applied";
+    // A part with no first part before it is refused the same way.
+    SyncDatagram stray = p2;
+    stray.part = 1;
+    EXPECT_TRUE(m.apply(stray));
+}
+
+TEST(SessionMirror, AnEmptyEventsDatagramShowsAGap) {
+    SessionMirror m(100);
+    m.apply(events_dgram("a1", 9, 0, {ev(SessionEvent::opened, 1)}));
+    EXPECT_FALSE(m.apply(events_dgram("a1", 9, 1, {}))) << "in step: nothing missed";
+    EXPECT_TRUE(m.apply(events_dgram("a1", 9, 4, {}))) << "the sender lost or sent 3 we never saw";
+    EXPECT_EQ(m.counters().events_missed, 3u);
 }
 
 TEST(SessionMirror, HoldsNoMoreThanItsBoundAndCountsTheRest) {
