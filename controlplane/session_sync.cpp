@@ -23,7 +23,6 @@ constexpr char kMagic[4] = {'F', 'G', 'S', 'E'};
 constexpr std::size_t kEventBytes = 32;
 constexpr std::size_t kFixedHead = 22;  // boot, seq, count, part
 constexpr uint64_t kKeepaliveMs = 1000;  // an empty events datagram when nothing else went out
-constexpr std::size_t kDumpPage = 4096;  // sessions a worker copies per request of a resync
 constexpr uint64_t kResyncGapMs = 1000;  // a member asks (and is answered) at most this often
 constexpr int kPollMs = 20;              // how long the loop waits for a datagram between sends
 
