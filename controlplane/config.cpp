@@ -85,6 +85,10 @@ std::optional<std::pair<uint32_t, uint16_t>> parse_endpoint(const std::string& s
     return std::make_pair(*ip, *port);
 }
 
+std::string format_endpoint(uint32_t host_order, uint16_t port) {
+    return format_ipv4(host_order) + ":" + std::to_string(port);
+}
+
 const PeerConfig* Config::peer(const std::string& party) const {
     for (const PeerConfig& p : peers)
         if (p.party == party) return &p;
@@ -98,11 +102,11 @@ const PortConfig* Config::port(PortRoleCfg role) const {
 }
 
 std::string ClusterSettings::sync_text() const {
-    return sync ? format_ipv4(sync->first) + ":" + std::to_string(sync->second) : std::string();
+    return sync ? format_endpoint(sync->first, sync->second) : std::string();
 }
 
 std::string MetricsSettings::listen_text() const {
-    return listen ? format_ipv4(listen->first) + ":" + std::to_string(listen->second) : std::string();
+    return listen ? format_endpoint(listen->first, listen->second) : std::string();
 }
 
 std::string Ipv4Cidr::str() const { return format_ipv4(addr) + "/" + std::to_string(prefix_len); }

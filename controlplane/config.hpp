@@ -273,6 +273,7 @@ std::optional<Ipv4Cidr> parse_cidr(const std::string& s);
 std::string format_ipv4(uint32_t host_order);
 // "IP:PORT" -> (host-order address, port); nullopt on anything else.
 std::optional<std::pair<uint32_t, uint16_t>> parse_endpoint(const std::string& s);
+std::string format_endpoint(uint32_t host_order, uint16_t port);  // "IP:PORT", parse_endpoint's inverse
 std::optional<uint16_t> parse_port(const std::string& s);
 bool valid_name(const std::string& s);
 // A store endpoint as [cluster] etcd takes it: "http://HOST:PORT" or "https://HOST:PORT", nothing

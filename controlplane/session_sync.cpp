@@ -15,6 +15,7 @@
 
 #include "controlplane/config.hpp"
 #include "controlplane/log.hpp"
+#include "proto/resolve_wire.hpp"  // load_be*, store_be*
 
 namespace fedgate {
 namespace {
@@ -31,19 +32,12 @@ uint64_t mono_ms() {
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
-uint64_t get_be(const uint8_t* p, int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v = v << 8 | p[i];
-    return v;
-}
 template <typename T>
 T get_raw(const uint8_t* p) {
     T v;
     std::memcpy(&v, p, sizeof v);
     return v;
 }
-
-std::string addr_text(uint32_t addr, uint16_t port) { return format_ipv4(addr) + ":" + std::to_string(port); }
 
 }  // namespace
 
@@ -53,9 +47,6 @@ std::string addr_text(uint32_t addr, uint16_t port) { return format_ipv4(addr) +
 std::vector<uint8_t> SyncDatagram::encode() const {
     std::vector<uint8_t> b(8 + member.size() + kFixedHead + events.size() * kEventBytes);
     uint8_t* p = b.data();
-    const auto be = [&p](uint64_t v, int bytes) {
-        for (int i = bytes - 1; i >= 0; --i) *p++ = static_cast<uint8_t>(v >> (8 * i));
-    };
     const auto raw = [&p](const void* v, std::size_t n) {  // fields already in network order
         std::memcpy(p, v, n);
         p += n;
@@ -66,15 +57,15 @@ std::vector<uint8_t> SyncDatagram::encode() const {
     *p++ = flags;
     *p++ = static_cast<uint8_t>(member.size());
     raw(member.data(), member.size());
-    be(boot, 8);
-    be(seq, 8);
-    be(events.size(), 2);
-    be(part, 4);
+    store_be64(p, boot), p += 8;
+    store_be64(p, seq), p += 8;
+    store_be16(p, static_cast<uint16_t>(events.size())), p += 2;
+    store_be32(p, part), p += 4;
     for (const SessionEvent& e : events) {
         *p++ = e.type, *p++ = e.proto, *p++ = e.kind, *p++ = e.out_port;
         raw(&e.in_src, 4), raw(&e.in_dst, 4), raw(&e.in_sport, 2), raw(&e.in_dport, 2);
         raw(&e.out_src, 4), raw(&e.out_dst, 4), raw(&e.out_sport, 2), raw(&e.out_dport, 2);
-        be(e.timeout_ms, 4);
+        store_be32(p, e.timeout_ms), p += 4;
     }
     return b;
 }
@@ -97,10 +88,10 @@ std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, st
     d.member.assign(reinterpret_cast<const char*>(in.data() + 8), name_len);
     if (!valid_name(d.member)) return bad("member name is not 1-32 of A-Z a-z 0-9 _ -");
     const uint8_t* p = in.data() + 8 + name_len;
-    d.boot = get_be(p, 8);
-    d.seq = get_be(p + 8, 8);
-    const std::size_t count = get_be(p + 16, 2);
-    d.part = static_cast<uint32_t>(get_be(p + 18, 4));
+    d.boot = load_be64(p);
+    d.seq = load_be64(p + 8);
+    const std::size_t count = load_be16(p + 16);
+    d.part = load_be32(p + 18);
     if (d.kind != Kind::snapshot && d.part != 0) return bad("part " + std::to_string(d.part) + " of a datagram that is no snapshot");
     if (count > kMaxEvents) return bad(std::to_string(count) + " events (at most " + std::to_string(kMaxEvents) + ")");
     if (in.size() != head + count * kEventBytes)
@@ -118,7 +109,7 @@ std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, st
         e.in_sport = get_raw<uint16_t>(p + 12), e.in_dport = get_raw<uint16_t>(p + 14);
         e.out_src = get_raw<uint32_t>(p + 16), e.out_dst = get_raw<uint32_t>(p + 20);
         e.out_sport = get_raw<uint16_t>(p + 24), e.out_dport = get_raw<uint16_t>(p + 26);
-        e.timeout_ms = static_cast<uint32_t>(get_be(p + 28, 4));
+        e.timeout_ms = load_be32(p + 28);
         if (d.kind == Kind::snapshot && e.type != SessionEvent::opened)
             return bad("event " + std::to_string(i) + ": a snapshot holds open sessions only");
         d.events.push_back(e);
@@ -236,7 +227,7 @@ SessionSync::SessionSync(std::string member, std::pair<uint32_t, uint16_t> liste
         const int e = errno;
         ::close(fd_);
         fd_ = -1;
-        throw std::runtime_error("[cluster] sync: cannot bind " + addr_text(listen_.first, listen_.second) + ": " +
+        throw std::runtime_error("[cluster] sync: cannot bind " + format_endpoint(listen_.first, listen_.second) + ": " +
                                  std::strerror(e) + " (it must be one of this host's addresses on the management network)");
     }
 }
@@ -382,7 +373,7 @@ void SessionSync::receive() {
         if (!d || !peer || peer->member != d->member) {
             if (d && !peer) why = "not from a member's sync address";
             else if (d) why = "names member " + d->member + ", but comes from " + peer->member + "'s address";
-            FG_LOG(DEBUG, gateway, "cluster: session-event datagram from %s dropped: %s", addr_text(addr, port).c_str(),
+            FG_LOG(DEBUG, gateway, "cluster: session-event datagram from %s dropped: %s", format_endpoint(addr, port).c_str(),
                    why.c_str());
             std::lock_guard lk(mu_);
             ++counters_.rejected;
@@ -449,7 +440,7 @@ nlohmann::ordered_json SessionSync::status() const {
         std::lock_guard lk(mu_);
         from = mirror_.from_json();
     }
-    return {{"sync", addr_text(listen_.first, listen_.second)},
+    return {{"sync", format_endpoint(listen_.first, listen_.second)},
             {"events_sent", c.events_sent},
             {"datagrams_sent", c.datagrams_sent},
             {"send_errors", c.send_errors},

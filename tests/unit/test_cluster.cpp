@@ -553,14 +553,23 @@ struct CountingDirectory final : fedgate::DirectoryStore {
     int loads = 0;
 };
 
+// Another member of the group, standing by, that reads the store through a CountingDirectory.
+struct Standby {
+    explicit Standby(MemberDirectory& group)
+        : counting(group.dir), svc(group.cfg, cache, [](uint32_t, uint16_t, std::span<const uint8_t>) {}, [] {}) {
+        svc.set_directory_store(&counting);
+    }
+    CountingDirectory counting;
+    fedgate::ResolveCache cache{64};
+    fedgate::ResolutionService svc;
+};
+
 TEST_F(MemberDirectory, AStandbysWarmCopyIsTakenUpWithoutReadingTheStoreWhileItIsCurrent) {
     reg(4, 15);
     reg(5, 16);
     svc->flush(clock.ms);
-    CountingDirectory counting(dir);
-    fedgate::ResolveCache cache2{64};
-    fedgate::ResolutionService other(cfg, cache2, [](uint32_t, uint16_t, std::span<const uint8_t>) {}, [] {});
-    other.set_directory_store(&counting);
+    Standby sb(*this);
+    auto& [counting, cache2, other] = sb;
     std::string v;
     auto copy = counting.load(&v);
     EXPECT_EQ(v, counting.version()) << "the copy's version is the store's";
@@ -577,10 +586,8 @@ TEST_F(MemberDirectory, AStandbysWarmCopyIsTakenUpWithoutReadingTheStoreWhileItI
 TEST_F(MemberDirectory, AWarmCopyTheStoreHasMovedOnFromIsNotUsed) {
     reg(4, 15);
     svc->flush(clock.ms);
-    CountingDirectory counting(dir);
-    fedgate::ResolveCache cache2{64};
-    fedgate::ResolutionService other(cfg, cache2, [](uint32_t, uint16_t, std::span<const uint8_t>) {}, [] {});
-    other.set_directory_store(&counting);
+    Standby sb(*this);
+    auto& [counting, cache2, other] = sb;
     std::string v;
     auto copy = counting.load(&v);
     other.warm(std::move(copy), v);
