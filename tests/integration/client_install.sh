@@ -49,7 +49,9 @@ fi
 if [[ -x $WORK/demo-pc ]]; then
     out=$(run "$WORK/demo-pc" 2>&1) || true
     [[ $out == "$WANT" ]] && ok "the pkg-config build runs on the installed library" || fail "pkg-config build printed: $out"
-    LD_LIBRARY_PATH="$PREFIX/$libdir" ldd "$WORK/demo-pc" | grep -q "libfedgate-client.so.0 => $PREFIX/" &&
+    # ldd's whole output first: with pipefail, `ldd | grep -q` fails when grep stops reading early.
+    loads=$(LD_LIBRARY_PATH="$PREFIX/$libdir" ldd "$WORK/demo-pc")
+    [[ $loads == *"libfedgate-client.so.0 => $PREFIX/"* ]] &&
         ok "it loads libfedgate-client.so.0 (the SONAME) from the prefix" || fail "the SONAME is not what the program loads"
 fi
 
@@ -102,7 +104,8 @@ except ValueError as e:
             ok "help(fedgate) has the Endpoint docs" || fail "help(fedgate) lacks the Endpoint docs: ${out:0:600}"
         grep -q "ValueError: pid '1.7' is not a process ID" <<<"$out" &&
             ok "the installed module runs: a bad pid is a ValueError naming it" || fail "bad pid: $(tail -n 1 <<<"$out")"
-        ! ldd "$file" | grep -q libfedgate-client && ok "the module needs no libfedgate-client.so" ||
+        loads=$(ldd "$file")
+        [[ $loads != *libfedgate-client* ]] && ok "the module needs no libfedgate-client.so" ||
             fail "the module links libfedgate-client.so: $(ldd "$file" | grep libfedgate-client)"
     else
         echo "$out"
