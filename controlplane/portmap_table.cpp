@@ -144,9 +144,17 @@ void PortMapTable::install(std::vector<ImportMapping> imports, std::vector<Expor
         if (!kept(exports, m)) unpublish({"export", m.proto, m.port});
     imports_ = std::move(imports);
     exports_ = std::move(exports);
+    index_ports();
     for (const auto& m : imports_) publish(m);
     for (const auto& m : exports_) publish(m);
     reclaim();
+}
+
+void PortMapTable::index_ports() {
+    for (auto& kind : held_ports_)
+        for (auto& ports : kind) ports.reset();
+    for (const auto& m : imports_) held("import", m.proto).set(m.port);
+    for (const auto& m : exports_) held("export", m.proto).set(m.port);
 }
 
 void PortMapTable::load(std::vector<std::string>* warnings) {
@@ -271,9 +279,10 @@ nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& 
     m.source = source;
     std::lock_guard lk(mu_);
     check_mapping(m, *cfg_);  // under the lock: a reload may swap the config
-    for (const auto& o : list)
-        if (o.proto == m.proto && o.port == m.port)
-            throw MapError("port", mapping_key(kind, m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
+    if (held(kind, m.proto).test(m.port))
+        for (const auto& o : list)
+            if (o.proto == m.proto && o.port == m.port)
+                throw MapError("port", mapping_key(kind, m.proto, m.port) + " is already mapped (cluster " + o.cluster + ")");
     if (source == MapSource::cli) {
         // On disk (or in the group's store) before it is published: persist the list it will be.
         auto candidate = list;
@@ -288,6 +297,7 @@ nlohmann::ordered_json PortMapTable::add_mapping(std::vector<M>& list, const M& 
         // directory makes one per tcp process, thousands at once).
         list.push_back(m);
     }
+    held(kind, m.proto).set(m.port);
     publish(m);
     reclaim();
     if constexpr (std::is_same_v<M, ImportMapping>)
@@ -307,6 +317,7 @@ bool PortMapTable::remove_automatic(const std::string& kind, Proto proto, uint16
     const auto gone = [&](const auto& m) { return m.source == MapSource::automatic && m.proto == proto && m.port == port; };
     const std::size_t n = kind == "import" ? std::erase_if(imports_, gone) : std::erase_if(exports_, gone);
     if (n == 0) return false;
+    held(kind == "import" ? "import" : "export", proto).reset(port);
     unpublish(key);  // nothing to persist: automatic mappings are not in the state file
     reclaim();
     return true;
@@ -314,9 +325,7 @@ bool PortMapTable::remove_automatic(const std::string& kind, Proto proto, uint16
 
 bool PortMapTable::taken(const std::string& kind, Proto proto, uint16_t port) const {
     std::lock_guard lk(mu_);
-    const auto same = [&](const auto& m) { return m.proto == proto && m.port == port; };
-    return kind == "import" ? std::any_of(imports_.begin(), imports_.end(), same)
-                            : std::any_of(exports_.begin(), exports_.end(), same);
+    return held_ports_[kind != "import"][static_cast<unsigned>(proto) & 1].test(port);
 }
 
 nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Key&, const std::string&)>& match) {
@@ -350,6 +359,7 @@ nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Ke
     if (!only_automatic) persist(imports, exports, deleted);
     imports_ = std::move(imports);
     exports_ = std::move(exports);
+    index_ports();
     deleted_config_ = std::move(deleted);
     for (const Key& k : gone) unpublish(k);
     reclaim();

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <bitset>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -130,6 +131,13 @@ private:
     std::vector<ImportMapping> imports_;
     std::vector<ExportMapping> exports_;
     std::vector<Key> deleted_config_;  // config mappings removed at run time
+    // Which ports each kind holds, by protocol: taken() and add's duplicate check without a scan
+    // of the lists (the gateway makes one automatic mapping per tcp process registering).
+    std::bitset<65536> held_ports_[2][2];  // [import, export][tcp, udp]
+    std::bitset<65536>& held(const char* kind, Proto proto) {
+        return held_ports_[kind[0] == 'e'][static_cast<unsigned>(proto) & 1];
+    }
+    void index_ports();  // again from the lists, after they are replaced
     std::vector<const ImportRule*> retired_imports_;
     std::vector<const ExportRule*> retired_exports_;
 };

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -573,6 +574,47 @@ TEST_F(PortMapTableTest, ReloadGivesTheConfigsPortToTheConfigAndDropsTheRunTimeM
     EXPECT_EQ(dropped, (std::vector<std::string>{"cli mapping import udp/7000 dropped: the config maps that port now"}));
     EXPECT_EQ(import_at(Proto::udp, 7000)->peer_addr, htonl(kBeta));
     EXPECT_EQ(state()["added"], json::array());
+}
+
+// taken() answers from an index of the lists, kept apart from them: it must say exactly what is
+// published after every kind of change.
+TEST_F(PortMapTableTest, TakenSaysExactlyWhatIsMappedAfterEveryKindOfChange) {
+    fedgate::PortMapTable& t = open();
+    const auto taken_all = [&] {
+        std::vector<std::string> out;
+        for (Proto p : {Proto::tcp, Proto::udp})
+            for (uint32_t port = 1; port <= 65535; ++port)
+                for (const char* kind : {"import", "export"})
+                    if (t.taken(kind, p, static_cast<uint16_t>(port)))
+                        out.push_back(fedgate::mapping_key(kind, p, static_cast<uint16_t>(port)));
+        return out;
+    };
+    const auto agree = [&](const char* step) {
+        std::vector<std::string> a = taken_all(), b = published();
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        EXPECT_EQ(a, b) << "after " << step;
+    };
+    agree("load");
+    t.add(import_of("c2", Proto::udp, 7000, "gamma", 7001));
+    t.add_automatic(export_of("auto", Proto::tcp, 61000, "198.18.1.30:4000"));
+    t.add_automatic(import_of("auto", Proto::tcp, 61001, "gamma", 61500));
+    agree("adds");
+    EXPECT_TRUE(t.taken("export", Proto::tcp, 61000));
+    EXPECT_FALSE(t.taken("import", Proto::tcp, 61000)) << "an export's port is not an import's";
+    EXPECT_FALSE(t.taken("export", Proto::udp, 61000)) << "nor another protocol's";
+    EXPECT_THROW(t.add_automatic(export_of("auto", Proto::tcp, 61000, "198.18.1.31:4000")), fedgate::MapError);
+    EXPECT_TRUE(t.remove_automatic("export", Proto::tcp, 61000));
+    agree("remove_automatic");
+    EXPECT_FALSE(t.taken("export", Proto::tcp, 61000));
+    t.add_automatic(export_of("auto", Proto::tcp, 61000, "198.18.1.31:4000"));  // free again
+    t.remove("import", Proto::udp, 7000);
+    agree("remove");
+    std::vector<std::string> dropped;
+    t.reload(edited("port = 8080", "port = 8081"), &dropped);
+    agree("reload");
+    EXPECT_FALSE(t.taken("import", Proto::tcp, 8080));
+    EXPECT_TRUE(t.taken("import", Proto::tcp, 8081));
 }
 
 // ---- management requests ----
