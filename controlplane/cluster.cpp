@@ -153,10 +153,12 @@ void StoreMapState::write(const std::string& text) {
 }
 
 ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store,
-                               std::unique_ptr<KvStore> dir_store, std::unique_ptr<KvStore> warm_store)
+                               std::unique_ptr<KvStore> dir_store, std::unique_ptr<KvStore> warm_store,
+                               std::vector<std::unique_ptr<KvStore>> writer_stores)
     : cfg_(cfg), keys_(cfg.party), loop_store_(std::move(loop_store)), state_store_(std::move(state_store)),
-      dir_store_(std::move(dir_store)), warm_store_(std::move(warm_store)) {
+      dir_store_(std::move(dir_store)), warm_store_(std::move(warm_store)), writer_stores_(std::move(writer_stores)) {
     directory_ = std::make_unique<StoreDirectory>(*dir_store_, keys_);
+    for (const auto& w : writer_stores_) writer_directories_.push_back(std::make_unique<StoreDirectory>(*w, keys_));
     if (warm_store_) warm_directory_ = std::make_unique<StoreDirectory>(*warm_store_, keys_);
     map_state_owned_ = std::make_unique<StoreMapState>(*state_store_, keys_.mappings());
     map_state_ = map_state_owned_.get();
@@ -180,7 +182,18 @@ ClusterService::ClusterService(const Config& cfg)
     : ClusterService(cfg, std::make_unique<EtcdStore>(cfg.cluster.etcd),
                      std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kChangeBudgetMs),
                      std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kRegistrationBudgetMs),
-                     std::make_unique<EtcdStore>(cfg.cluster.etcd)) {}
+                     std::make_unique<EtcdStore>(cfg.cluster.etcd), [&cfg] {
+                         std::vector<std::unique_ptr<KvStore>> w;
+                         for (std::size_t i = 0; i < kDirectoryWriters; ++i)
+                             w.push_back(std::make_unique<EtcdStore>(cfg.cluster.etcd, 1000, kRegistrationBudgetMs));
+                         return w;
+                     }()) {}
+
+std::vector<DirectoryStore*> ClusterService::directory_writers() {
+    std::vector<DirectoryStore*> out;
+    for (const auto& d : writer_directories_) out.push_back(d.get());
+    return out;
+}
 
 ClusterService::~ClusterService() { stop(); }
 

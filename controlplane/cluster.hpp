@@ -67,8 +67,12 @@ class ClusterService {
 public:
     // Stores for each thread that talks to it: the loop's, and the one map changes write through.
     // `warm_store` (may be null: no warm copy): the one a standby reads the directory through.
+    // `writer_stores`: one per thread that writes registrations (directory_writers()).
     ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_store, std::unique_ptr<KvStore> state_store,
-                   std::unique_ptr<KvStore> dir_store, std::unique_ptr<KvStore> warm_store = nullptr);
+                   std::unique_ptr<KvStore> dir_store, std::unique_ptr<KvStore> warm_store = nullptr,
+                   std::vector<std::unique_ptr<KvStore>> writer_stores = {});
+    // Registrations in flight to the store at once, each its own connection (StoreWriters).
+    static constexpr std::size_t kDirectoryWriters = 4;
     // On the endpoints of cfg.cluster.etcd.
     explicit ClusterService(const Config& cfg);
     ~ClusterService();
@@ -79,6 +83,9 @@ public:
     std::unique_ptr<MapState> take_map_state();
     // The directory's store, for the resolution service (lives as long as this).
     DirectoryStore* directory_store() { return directory_.get(); }
+    // The same directory on a store of its own for each writer thread (kDirectoryWriters of them
+    // on etcd; live as long as this).
+    std::vector<DirectoryStore*> directory_writers();
 
     // Starts the loop: the election every `period_ms` (a standby's campaign is one request), the
     // mappings watched as often, the store's
@@ -118,6 +125,8 @@ private:
     uint64_t warm_period_ms_ = 1000;
     std::thread warm_thread_;
     std::unique_ptr<StoreDirectory> directory_;
+    std::vector<std::unique_ptr<KvStore>> writer_stores_;
+    std::vector<std::unique_ptr<StoreDirectory>> writer_directories_;
     std::unique_ptr<StoreMapState> map_state_owned_;
     StoreMapState* map_state_ = nullptr;
     std::unique_ptr<Election> election_;  // on the loop's thread only

@@ -38,6 +38,7 @@
 #include "controlplane/capture.hpp"
 #include "controlplane/cluster.hpp"
 #include "controlplane/session_sync.hpp"
+#include "controlplane/store_writers.hpp"
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/resolution.hpp"
 #include "controlplane/telemetry.hpp"
@@ -413,6 +414,14 @@ void Gateway::start() {
     resolution_->set_auto_mappings(auto_maps_.get());
     if (cluster_) {
         resolution_->set_directory_store(cluster_->directory_store());
+        // Registrations go into the store on writer threads, several transactions at a time, and the
+        // punt thread collects them when a writer rings its doorbell.
+        resolution_->set_directory_writers(std::make_unique<StoreWriters>(cluster_->directory_writers(),
+                                                                          [fd = wake_.fd] {
+                                                                              const uint64_t one = 1;
+                                                                              (void)!::write(fd, &one, sizeof one);
+                                                                          }),
+                                           StoreDirectory::kOpsPerTxn);
         // A standby keeps a copy of the group's directory, so a takeover need not read it.
         cluster_->set_directory_warmer([r = resolution_.get()](std::vector<StoredProcess> all, std::string version) {
             r->warm(std::move(all), std::move(version));
@@ -504,6 +513,7 @@ void Gateway::stop() {
         (void)!::write(wake_.fd, &one, sizeof one);  // the punt thread sees stop_control_ now, not at its next tick
     }
     if (punt_thread_.joinable()) punt_thread_.join();
+    if (resolution_) resolution_->stop_directory_writers();  // before the doorbell they ring is closed
     dps_.clear();
     if (wake_.fd >= 0) ::close(wake_.fd);  // no lcore left to write it
     wake_.fd = -1;
@@ -598,9 +608,9 @@ void Gateway::punt_loop(const std::atomic<bool>& quit) {
             resolution_->tick(now);
             next_tick = now + kResolveTickMs;
         }
-        // A group's member: registrations go into the store in one write, then are answered; under
-        // load, several bursts' worth (a full transaction) at a time, else once the ring is drained.
-        if (n < Dataplane::kBurst || resolution_->staged() >= StoreDirectory::kOpsPerTxn) resolution_->flush(now_ms());
+        // A group's member: what this burst registered goes to an idle store writer, and the writes
+        // that came back are answered (their writers rang the doorbell this loop sleeps on).
+        resolution_->flush(now_ms());
         // Idle: sleep until the lcore hands something over or the next tick comes. A back-off on a
         // timer made every handshake message wait out a nap on each gateway it crossed.
         if (n + ne != 0) {

@@ -1,13 +1,17 @@
 // The resolution service's control side: registrations, announce streams, cache writes.
 #include "controlplane/resolution.hpp"
 
-#include <chrono>
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <iterator>
 #include <random>
+#include <unordered_set>
 
 #include "controlplane/log.hpp"
+#include "controlplane/store_writers.hpp"
 #include "proto/conn_wire.hpp"
 #include "dataplane/dataplane.hpp"
 
@@ -581,6 +585,8 @@ nlohmann::ordered_json ResolutionService::stats() const {
           {"refused_unknown", d.refused_unknown}, {"refused_stale_epoch", d.refused_stale_epoch},
           {"refused_bad_record", d.refused_bad_record}, {"refused_full", d.refused_full},
           {"store_failures", c.store_failures}, {"taken_over", c.taken_over}, {"taken_over_warm", c.taken_over_warm},
+          {"store_writes", c.store_writes}, {"store_write_ms", c.store_write_us / 1000},
+          {"store_writes_in_flight", in_flight_.size()},
           {"warm", warm_size()}, {"warm_loads", warm_loads()}}},
         {"cache",
          {{"entries", cache_.size()}, {"capacity", cache_.capacity()}, {"local", cache_.size(CacheKind::local)},
@@ -604,21 +610,98 @@ nlohmann::ordered_json ResolutionService::stats() const {
     };
 }
 
+void ResolutionService::set_directory_writers(std::unique_ptr<StoreWriters> writers, std::size_t max_batch) {
+    std::lock_guard lock(mu_);
+    writers_ = std::move(writers);
+    max_batch_ = std::max<std::size_t>(max_batch, 1);
+}
+
+void ResolutionService::stop_directory_writers() {
+    std::unique_ptr<StoreWriters> w;
+    {
+        std::lock_guard lock(mu_);
+        w = std::move(writers_);
+        in_flight_.clear();
+        in_flight_pids_.clear();
+    }
+    w.reset();  // joins the writers: outside mu_, which their wake-ups never take anyway
+}
+
 void ResolutionService::flush(uint64_t now_ms) {
     std::lock_guard lock(mu_);
-    if (store_ == nullptr || staged_.empty()) return;
-    std::vector<Staged> batch;
-    batch.swap(staged_);
-    std::vector<DirectoryStore::Op> ops;
-    ops.reserve(batch.size());
-    for (const Staged& st : batch) ops.push_back({st.change.kind == DirectoryChange::Kind::removed, st.stored});
-    bool stored = true;
-    try {
-        store_->write(ops);
-    } catch (const std::exception& e) {
-        stored = false;
+    if (store_ == nullptr) return;
+    if (!writers_) {
+        if (staged_.empty()) return;
+        std::vector<Staged> batch;
+        batch.swap(staged_);
+        std::vector<DirectoryStore::Op> ops;
+        ops.reserve(batch.size());
+        for (const Staged& st : batch) ops.push_back({st.change.kind == DirectoryChange::Kind::removed, st.stored});
+        std::optional<std::string> error;
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+            store_->write(ops);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+        return finish(batch, error, static_cast<uint64_t>(us.count()), now_ms);
+    }
+    for (StoreWriters::Done& d : writers_->take_done()) {
+        const auto it = in_flight_.find(d.id);
+        if (it == in_flight_.end()) continue;
+        std::vector<Staged> batch = std::move(it->second);
+        in_flight_.erase(it);
+        for (const Staged& st : batch) {
+            const auto p = in_flight_pids_.find(st.stored.record.pid.value);
+            if (p != in_flight_pids_.end() && --p->second == 0) in_flight_pids_.erase(p);
+        }
+        finish(batch, d.error, d.write_us, now_ms);
+    }
+    submit_staged();
+}
+
+// What is staged goes out on the idle writers, a batch each; a process with a change in flight
+// keeps its later ones here until that write is back, so the store sees its changes in order.
+void ResolutionService::submit_staged() {
+    while (!staged_.empty() && writers_->idle() > 0) {
+        std::vector<Staged> batch, held;
+        std::unordered_set<uint64_t> in_batch, kept;
+        for (Staged& st : staged_) {
+            const uint64_t pid = st.stored.record.pid.value;
+            if (in_batch.contains(pid) ||
+                (batch.size() < max_batch_ && !in_flight_pids_.contains(pid) && !kept.contains(pid))) {
+                in_batch.insert(pid);
+                batch.push_back(std::move(st));
+            } else {
+                kept.insert(pid);
+                held.push_back(std::move(st));
+            }
+        }
+        staged_ = std::move(held);
+        if (batch.empty()) return;
+        std::vector<DirectoryStore::Op> ops;
+        ops.reserve(batch.size());
+        for (const Staged& st : batch) ops.push_back({st.change.kind == DirectoryChange::Kind::removed, st.stored});
+        const uint64_t id = ++next_write_;
+        if (!writers_->submit(id, std::move(ops))) {  // only this thread submits: idle() stays true
+            staged_.insert(staged_.begin(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
+            return;
+        }
+        for (const Staged& st : batch) ++in_flight_pids_[st.stored.record.pid.value];
+        in_flight_.emplace(id, std::move(batch));
+    }
+}
+
+void ResolutionService::finish(std::vector<Staged>& batch, const std::optional<std::string>& error, uint64_t write_us,
+                               uint64_t now_ms) {
+    const bool stored = !error;
+    ++counters_.store_writes;
+    counters_.store_write_us += write_us;
+    if (!stored) {
         ++counters_.store_failures;
-        FG_LOG(WARNING, resolve, "directory: the group's store did not take %zu change(s): %s", batch.size(), e.what());
+        FG_LOG(WARNING, resolve, "directory: the group's store did not take %zu change(s): %s", batch.size(),
+               error->c_str());
     }
     for (Staged& st : batch) {
         const DmaAddress& r = st.change.record;

@@ -12,7 +12,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -27,12 +29,14 @@
 namespace fedgate {
 
 struct ResolveEvent;
+class StoreWriters;
 
 struct ResolutionCounters {
     uint64_t reg_replies_sent = 0, peer_msgs_sent = 0, records_applied = 0, records_withdrawn = 0,
              refused_foreign_records = 0, snapshots_received = 0, stream_resets_sent = 0, stream_gaps = 0,
              cache_full = 0, learned = 0, learned_negative = 0, expired_cache_entries = 0, malformed = 0,
-             malformed_handshakes = 0, store_failures = 0, taken_over = 0, warm_loads = 0, taken_over_warm = 0;
+             malformed_handshakes = 0, store_failures = 0, taken_over = 0, warm_loads = 0, taken_over_warm = 0,
+             store_writes = 0, store_write_us = 0;
 };
 
 // A registered process as a gateway group's store keeps it ([cluster]).
@@ -89,6 +93,15 @@ public:
     // their processes get their replies (ok, or store_unavailable with the change taken back) and
     // the changes reach the cache and the peers. The driving thread calls it after each burst.
     void flush(uint64_t now_ms);
+    // The writes go out on `writers`' threads, several at a time, each of up to `max_batch`
+    // changes (more only when one process has several), and a process's changes never in two
+    // writes at once: flush() then submits what is staged and finishes the writes that came back,
+    // without waiting for the store. Null (the default): flush() writes on the calling thread.
+    // Before start().
+    void set_directory_writers(std::unique_ptr<StoreWriters> writers, std::size_t max_batch);
+    // Waits for the writes in flight (their processes get no reply: they register again); later
+    // flushes write on the calling thread. Call once the driving thread has stopped.
+    void stop_directory_writers();
     std::size_t staged() const {
         std::lock_guard lock(mu_);
         return staged_.size();
@@ -150,6 +163,11 @@ private:
     void restart_stream(Peer& peer, uint64_t now_ms);
     void reclaim();
     void process_gone(const DmaAddress& record);
+    struct Staged;
+    // After a write: replies, cache and peers (written), or the changes taken back (not: `error`).
+    void finish(std::vector<Staged>& batch, const std::optional<std::string>& error, uint64_t write_us,
+                uint64_t now_ms);
+    void submit_staged();
 
     // RelayIo: what the handshake relay needs from the directory, the peers and the mappings.
     std::optional<Endpoint4> control_endpoint(ProcessId pid) override;
@@ -196,6 +214,12 @@ private:
         bool reply = true;  // an expiry has no one to answer
     };
     std::vector<Staged> staged_;
+    // With writers: the writes in flight by id, and how many of their changes each process has.
+    std::unique_ptr<StoreWriters> writers_;
+    std::size_t max_batch_ = 0;
+    uint64_t next_write_ = 0;
+    std::unordered_map<uint64_t, std::vector<Staged>> in_flight_;
+    std::unordered_map<uint64_t, uint32_t> in_flight_pids_;
     // The driving thread holds it while it works; management threads while they read.
     mutable std::mutex mu_;
     // The warm copy, apart from mu_ (a standby fills it from another thread); never held across a

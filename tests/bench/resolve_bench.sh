@@ -593,8 +593,15 @@ run_part4() {
     fi
     wait_until "$ANNOUNCE_LIMIT_S" "A to hold the $held announced records it held alone" a_holds_announced "$held" ||
         say "  NOTE: A holds $(gstat a "['resolution']['cache']['announced']") of $held announced records: the burst runs beside the snapshot"
+    local writes0 write_ms0 writes write_ms
+    writes0=$(gstat a "['resolution']['directory']['store_writes']")
+    write_ms0=$(gstat a "['resolution']['directory']['store_write_ms']")
     member_line=$(group_burst 8 6)
     say "  A member: $member_line"
+    writes=$(($(gstat a "['resolution']['directory']['store_writes']") - writes0))
+    write_ms=$(($(gstat a "['resolution']['directory']['store_write_ms']") - write_ms0))
+    ((writes > 0)) && say "  A member: $writes writes to the store, $((GROUP_N / writes)) registrations and" \
+        "$((write_ms / writes)) ms each on average"
     store_n=$(etcd_ctl get --prefix /fedgate/alpha/processes/ --keys-only | grep -c . || true)
     say "  the store holds $store_n of alpha's processes (the burst and the warm-up's 16); A (role, store healthy): $(lab_ctl a cluster status --json | jq_py "r['role'], r['store']['healthy']")"
     group_leave

@@ -8,10 +8,15 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "controlplane/cluster.hpp"
 #include "controlplane/config.hpp"
@@ -20,6 +25,7 @@
 #include "controlplane/portmap_table.hpp"
 #include "dataplane/portmap.hpp"
 #include "controlplane/resolution.hpp"
+#include "controlplane/store_writers.hpp"
 #include "dataplane/resolve_cache.hpp"
 #include "tests/support/alpha_config.hpp"
 #include "tests/support/fake_gateway.hpp"
@@ -597,6 +603,142 @@ TEST_F(MemberDirectory, AWarmCopyTheStoreHasMovedOnFromIsNotUsed) {
     EXPECT_EQ(counting.loads, 2);
     EXPECT_EQ(other.stats()["directory"]["taken_over_warm"], 0u);
     EXPECT_TRUE(cache2.find(fedgate::ProcessId::make(1, 2, 6), clock.ms) != nullptr);
+}
+
+// A directory store whose writes wait at a gate the test opens, and that records how many were in
+// flight at once and what each carried.
+struct GatedDirectory final : fedgate::DirectoryStore {
+    explicit GatedDirectory(fedgate::DirectoryStore& real) : real(real) {}
+    void write(std::span<const Op> ops) override {
+        std::unique_lock lk(mu);
+        writes.emplace_back(ops.begin(), ops.end());
+        max_in_flight = std::max(max_in_flight, ++in_flight);
+        cv.notify_all();
+        cv.wait(lk, [&] { return open; });
+        --in_flight;
+        lk.unlock();
+        real.write(ops);
+    }
+    std::vector<fedgate::StoredProcess> load(std::string* v) override { return real.load(v); }
+    std::string version() override { return real.version(); }
+    void release() {
+        std::lock_guard lk(mu);
+        open = true;
+        cv.notify_all();
+    }
+    std::size_t started() {
+        std::lock_guard lk(mu);
+        return writes.size();
+    }
+    std::vector<std::vector<Op>> seen() {
+        std::lock_guard lk(mu);
+        return writes;
+    }
+    fedgate::DirectoryStore& real;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+    int in_flight = 0, max_in_flight = 0;
+    std::vector<std::vector<Op>> writes;
+};
+
+// A member whose registrations go into the store on writer threads (as fedgated's do).
+struct MemberWithWriters : MemberDirectory {
+    GatedDirectory gate1{dir}, gate2{dir};
+    std::atomic<int> rings{0};
+    void SetUp() override {
+        MemberDirectory::SetUp();
+        svc->set_directory_writers(std::make_unique<fedgate::StoreWriters>(
+                                       std::vector<fedgate::DirectoryStore*>{&gate1, &gate2}, [this] { ++rings; }),
+                                   128);
+    }
+    void TearDown() override {
+        gate1.release();
+        gate2.release();
+        svc->stop_directory_writers();
+    }
+    void dereg(uint32_t local, uint64_t id) {
+        fedgate::ProcessRefBody b{};
+        fedgate::store_be64(b.pid, fedgate::ProcessId::make(1, 2, local).value);
+        fedgate::store_be32(b.epoch, 1);
+        const auto m = fedgate::testing::message(fedgate::MsgType::deregister, id, b);
+        svc->on_message(0xC612010A, 7001, m, clock.ms);
+    }
+    // Waits (5 s at most) until `n` writes have started, on either writer.
+    bool writes_start(std::size_t n) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (gate1.started() + gate2.started() < n) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            std::this_thread::yield();
+        }
+        return true;
+    }
+    // Flushes until `n` replies were sent (5 s at most): the writers finish on their own threads.
+    bool replies_reach(std::size_t n) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (replies().size() < n) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            svc->flush(clock.ms);
+            std::this_thread::yield();
+        }
+        return true;
+    }
+};
+
+TEST_F(MemberWithWriters, WritesGoOutWithoutBlockingAndSeveralAreInFlightAtOnce) {
+    reg(1, 11);
+    svc->flush(clock.ms);  // returns at once, its write waiting at a gate
+    ASSERT_TRUE(writes_start(1));
+    reg(2, 12);
+    svc->flush(clock.ms);
+    ASSERT_TRUE(writes_start(2)) << "the second registration waited for the first's write";
+    EXPECT_EQ(gate1.started(), 1u);
+    EXPECT_EQ(gate2.started(), 1u);
+    EXPECT_TRUE(replies().empty()) << "answered before the store had it";
+    EXPECT_EQ(svc->staged(), 0u);
+    reg(3, 13);
+    svc->flush(clock.ms);  // both writers busy: it waits here
+    EXPECT_EQ(svc->staged(), 1u);
+    gate1.release();
+    gate2.release();
+    ASSERT_TRUE(replies_reach(3));
+    EXPECT_EQ(replies(), std::vector<fedgate::RegStatus>(3, fedgate::RegStatus::ok));
+    EXPECT_EQ(dir.load().size(), 3u);
+    EXPECT_GE(rings.load(), 2) << "each finished write rings the doorbell";
+    EXPECT_TRUE(cache.find(fedgate::ProcessId::make(1, 2, 3), clock.ms) != nullptr);
+}
+
+TEST_F(MemberWithWriters, AProcessesChangesAreNeverInTwoWritesAtOnce) {
+    reg(1, 11);
+    svc->flush(clock.ms);
+    ASSERT_TRUE(writes_start(1));
+    dereg(1, 12);  // gone here at once; its removal waits for the registration's write
+    reg(2, 13);
+    svc->flush(clock.ms);
+    ASSERT_TRUE(writes_start(2));
+    for (GatedDirectory* g : {&gate1, &gate2})
+        for (const auto& w : g->seen())
+            for (const auto& op : w)
+                EXPECT_FALSE(op.remove) << "the removal went out while the registration's write was in flight";
+    EXPECT_EQ(svc->staged(), 1u) << "the removal is held";
+    EXPECT_TRUE(replies().empty());
+    gate1.release();
+    gate2.release();
+    ASSERT_TRUE(replies_reach(3));
+    const auto stored = dir.load();
+    ASSERT_EQ(stored.size(), 1u) << "the store kept the process that left";
+    EXPECT_EQ(stored[0].record.pid, fedgate::ProcessId::make(1, 2, 2));
+}
+
+TEST_F(MemberWithWriters, AWriteTheStoreRefusesTakesItsRegistrationsBack) {
+    gate1.release();
+    gate2.release();
+    store.set_available(false);
+    reg(3, 13);
+    ASSERT_TRUE(replies_reach(1));
+    EXPECT_EQ(replies(), (std::vector<fedgate::RegStatus>{fedgate::RegStatus::store_unavailable}));
+    EXPECT_THROW(svc->dir_show(fedgate::ProcessId::make(1, 2, 3), clock.ms), std::runtime_error) << "taken back";
+    EXPECT_EQ(svc->stats()["directory"]["store_failures"], 1u);
 }
 
 // ---- config ----------------------------------------------------------------------------------
