@@ -167,6 +167,8 @@ nlohmann::ordered_json Commands::stats() const {
         g.session_events_missed = c.sync.mirror.events_missed;
         g.session_sync_rejected = c.sync.rejected;
         g.sessions_mirrored = c.sync.mirrored;
+        g.cache_copies_received = c.sync.caches_received;
+        g.cache_records_mirrored = c.sync.cache_records;
     }
     nlohmann::ordered_json j = {{"ports", std::move(ports)}};
     write_counters(j, Reply::stats, sum, g, {{"resolution", p_.resolution->stats()}});

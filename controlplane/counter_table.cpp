@@ -200,6 +200,11 @@ constexpr Row kRows[] = {
             CLUSTER(session_sync_rejected)),
     gateway("cluster", "sessions_mirrored", "fedgate_cluster_sessions_mirrored",
             "Other members' sessions this member holds a copy of, from their events", CLUSTER(sessions_mirrored)).gauge(),
+    gateway("cluster", "cache_copies_received", "fedgate_cluster_cache_copies_received",
+            "Copies of the active member's remote resolution records a standby took into its cache ([cluster] sync)",
+            CLUSTER(cache_copies_received)),
+    gateway("cluster", "cache_records_mirrored", "fedgate_cluster_cache_records_mirrored",
+            "Remote resolution records in the last copy a standby took from the active member", CLUSTER(cache_records_mirrored)).gauge(),
 #undef CLUSTER
     worker("control", "punted", "fedgate_control_punted", "Packets the data plane handed to the control threads", LCORE(punted)),
     worker("control", "injected", "fedgate_control_injected", "Packets the control threads sent through the data plane",

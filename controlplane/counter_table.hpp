@@ -53,7 +53,7 @@ struct GatewayReadings {
     uint64_t became_active = 0, stepped_down = 0, lease_renewals = 0, store_errors = 0, mapping_refreshes = 0;
     // [cluster] sync: the session-event channel.
     uint64_t session_events_sent = 0, session_events_received = 0, session_events_missed = 0, session_sync_rejected = 0,
-             sessions_mirrored = 0;
+             sessions_mirrored = 0, cache_copies_received = 0, cache_records_mirrored = 0;
 };
 
 // `port`: the port's index (0 for other scopes); `index`: the drop reason (0 for Dim::none).

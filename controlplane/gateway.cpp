@@ -464,6 +464,15 @@ void Gateway::start() {
             return n;
         };
         io.peers = [c = cluster_.get()] { return c->sync_peers(); };
+        // The warm cache: the active's remote records go to a standby, which takes them while it
+        // stands by (a copy that arrives after it took over would undo its own peers' snapshots).
+        io.cache_dump = [this] { return resolution_->remote_cache(now_ms()); };
+        io.cache_install = [this](std::vector<CacheRecord> records, uint64_t version) {
+            if (!standby_.load(std::memory_order_acquire)) return;
+            const std::size_t n = resolution_->warm_cache(records, now_ms());
+            FG_LOG(DEBUG, gateway, "cluster: %zu remote records from the active member (version %llu)", n,
+                   static_cast<unsigned long long>(version));
+        };
         cluster_->set_session_sync(std::make_unique<SessionSync>(
             cfg_.cluster.member, *cfg_.cluster.sync, std::size_t{cfg_.nat.max_sessions} * workers, std::move(io)));
         FG_LOG(INFO, gateway, "cluster: session events on %s", cfg_.cluster.sync_text().c_str());

@@ -97,6 +97,7 @@ std::vector<uint16_t> ResolutionService::reload(std::shared_ptr<const Config> ne
     peers_ = std::move(peers);
     held_ = std::move(next);
     cfg_ = held_.get();
+    ++remote_version_;
     reclaim();
     return removed;
 }
@@ -348,6 +349,7 @@ void ResolutionService::apply_stream(Peer& peer, const ParsedMsg& m, bool snapsh
             if (roce_ != nullptr) roce_->remove_process(pid);
         }
     }
+    ++remote_version_;  // a standby asking for our remote records gets them again
     reclaim();
 }
 
@@ -367,6 +369,7 @@ void ResolutionService::on_event(const ResolveEvent& ev, uint64_t now_ms) {
             ++counters_.cache_full;
         ++counters_.learned;
     }
+    ++remote_version_;
     reclaim();
 }
 
@@ -722,6 +725,39 @@ void ResolutionService::finish(std::vector<Staged>& batch, const std::optional<s
             staged_.push_back(std::move(st));  // an expiry: tried again with the next batch
         }
     }
+}
+
+std::pair<uint64_t, std::vector<CacheRecord>> ResolutionService::remote_cache(uint64_t now_ms) const {
+    std::lock_guard lock(mu_);
+    std::vector<CacheRecord> out;
+    out.reserve(cache_.size(CacheKind::announced) + cache_.size(CacheKind::answered));
+    cache_.for_each([&](const CacheEntry& e) {
+        if ((e.kind == CacheKind::announced || e.kind == CacheKind::answered) && e.expires_ms > now_ms) {
+            const uint64_t left = e.expires_ms == UINT64_MAX ? 0 : std::min<uint64_t>(e.expires_ms - now_ms, UINT32_MAX);
+            out.push_back({e.key, e.record, e.owner_party, e.kind, static_cast<uint32_t>(left)});
+        }
+        return true;
+    });
+    return {remote_version_, std::move(out)};
+}
+
+std::size_t ResolutionService::warm_cache(const std::vector<CacheRecord>& records, uint64_t now_ms) {
+    std::lock_guard lock(mu_);
+    cache_.remove_if([](const CacheEntry& e) { return e.kind == CacheKind::announced || e.kind == CacheKind::answered; });
+    std::size_t held = 0;
+    for (const CacheRecord& r : records) {
+        if (r.kind != CacheKind::announced && r.kind != CacheKind::answered) continue;
+        const CacheEntry* old = cache_.find(r.key, 0);
+        if (old != nullptr && old->kind == CacheKind::local) continue;  // never hearsay over our own
+        const uint64_t expires = r.ttl_ms == 0 ? UINT64_MAX : now_ms + r.ttl_ms;
+        if (cache_.upsert(r.key, r.record, r.kind, r.owner_party, expires) == ResolveCache::Upsert::full)
+            ++counters_.cache_full;
+        else
+            ++held;
+    }
+    ++remote_version_;
+    reclaim();
+    return held;
 }
 
 void ResolutionService::warm(std::vector<StoredProcess> all, std::string version) {

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "controlplane/announce_stream.hpp"
@@ -37,6 +38,17 @@ struct ResolutionCounters {
              cache_full = 0, learned = 0, learned_negative = 0, expired_cache_entries = 0, malformed = 0,
              malformed_handshakes = 0, store_failures = 0, taken_over = 0, warm_loads = 0, taken_over_warm = 0,
              store_writes = 0, store_write_us = 0;
+};
+
+// A remote record of the resolution cache as the sync channel carries it to a standby ([cluster]
+// sync): what a peer announced or a query learned, found under `key`.
+struct CacheRecord {
+    ProcessId key;
+    DmaAddress record;
+    uint16_t owner_party = 0;
+    CacheKind kind = CacheKind::announced;  // announced or answered
+    uint32_t ttl_ms = 0;                    // what is left of an answer's time; 0: no expiry
+    bool operator==(const CacheRecord&) const = default;
 };
 
 // A registered process as a gateway group's store keeps it ([cluster]).
@@ -116,6 +128,12 @@ public:
     // next take_over. Any thread.
     void warm(std::vector<StoredProcess> all, std::string version);
     std::size_t warm_size() const { return warm_size_.load(std::memory_order_relaxed); }
+    // The cache's remote records (announced and answered, unexpired) and their version, which
+    // changes whenever what peers announce or queries learn does (never 0). Any thread.
+    std::pair<uint64_t, std::vector<CacheRecord>> remote_cache(uint64_t now_ms) const;
+    // A standby: the active member's remote records replace this cache's (its local records stay).
+    // Returns how many it holds now. Any thread.
+    std::size_t warm_cache(const std::vector<CacheRecord>& records, uint64_t now_ms);
     uint64_t warm_loads() const { return warm_loads_.load(std::memory_order_relaxed); }
 
     // `fedgatectl reload`: the peers become `next`'s. A new peer gets a stream with a snapshot; a
@@ -202,6 +220,7 @@ private:
     RoceTranslations* roce_ = nullptr;
     uint16_t rdma_mtu_limit_ = 0;
     uint64_t now_ms_ = 0;  // of the message or tick being handled (roce_install stamps with it)
+    uint64_t remote_version_ = 1;  // remote_cache()'s
     std::unordered_map<uint64_t, uint16_t> control_ports_;  // local process -> UDP port it registers from
     DirectoryStore* store_ = nullptr;
     // Changes waiting for the store, with the replies that wait for them.

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -22,9 +23,11 @@ namespace {
 
 constexpr char kMagic[4] = {'F', 'G', 'S', 'E'};
 constexpr std::size_t kEventBytes = 32;
+constexpr std::size_t kRecordBytes = 64;
 constexpr std::size_t kFixedHead = 22;  // boot, seq, count, part
 constexpr uint64_t kKeepaliveMs = 1000;  // an empty events datagram when nothing else went out
 constexpr uint64_t kResyncGapMs = 1000;  // a member asks (and is answered) at most this often
+constexpr uint64_t kCacheAskMs = 1000;   // a standby asks the active for its remote records this often
 constexpr int kPollMs = 20;              // how long the loop waits for a datagram between sends
 
 uint64_t mono_ms() {
@@ -45,7 +48,9 @@ T get_raw(const uint8_t* p) {
 // Wire format.
 
 std::vector<uint8_t> SyncDatagram::encode() const {
-    std::vector<uint8_t> b(8 + member.size() + kFixedHead + events.size() * kEventBytes);
+    const bool cache_kind = kind == Kind::cache || kind == Kind::cache_request;
+    const std::size_t count = cache_kind ? records.size() : events.size();
+    std::vector<uint8_t> b(8 + member.size() + kFixedHead + (cache_kind ? count * kRecordBytes : count * kEventBytes));
     uint8_t* p = b.data();
     const auto raw = [&p](const void* v, std::size_t n) {  // fields already in network order
         std::memcpy(p, v, n);
@@ -59,8 +64,21 @@ std::vector<uint8_t> SyncDatagram::encode() const {
     raw(member.data(), member.size());
     store_be64(p, boot), p += 8;
     store_be64(p, seq), p += 8;
-    store_be16(p, static_cast<uint16_t>(events.size())), p += 2;
+    store_be16(p, static_cast<uint16_t>(count)), p += 2;
     store_be32(p, part), p += 4;
+    if (cache_kind) {
+        for (const CacheRecord& r : records) {
+            store_be64(p, r.key.value), p += 8;
+            store_be16(p, r.owner_party), p += 2;
+            *p++ = static_cast<uint8_t>(r.kind);
+            *p++ = 0;
+            store_be32(p, r.ttl_ms), p += 4;
+            DmaAddressWire w;
+            fedgate::encode(r.record, w);
+            raw(&w, sizeof w);
+        }
+        return b;
+    }
     for (const SessionEvent& e : events) {
         *p++ = e.type, *p++ = e.proto, *p++ = e.kind, *p++ = e.out_port;
         raw(&e.in_src, 4), raw(&e.in_dst, 4), raw(&e.in_sport, 2), raw(&e.in_dport, 2);
@@ -78,7 +96,7 @@ std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, st
     if (in.size() < 8 || std::memcmp(in.data(), kMagic, 4) != 0) return bad("not a session-event datagram");
     if (in[4] != kVersion) return bad("version " + std::to_string(in[4]) + " (this gateway speaks 1)");
     SyncDatagram d;
-    if (in[5] < 1 || in[5] > 3) return bad("kind " + std::to_string(in[5]));
+    if (in[5] < 1 || in[5] > 5) return bad("kind " + std::to_string(in[5]));
     d.kind = static_cast<Kind>(in[5]);
     d.flags = in[6];
     const std::size_t name_len = in[7];
@@ -92,7 +110,33 @@ std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, st
     d.seq = load_be64(p + 8);
     const std::size_t count = load_be16(p + 16);
     d.part = load_be32(p + 18);
-    if (d.kind != Kind::snapshot && d.part != 0) return bad("part " + std::to_string(d.part) + " of a datagram that is no snapshot");
+    if (d.kind != Kind::snapshot && d.kind != Kind::cache && d.part != 0)
+        return bad("part " + std::to_string(d.part) + " of a datagram that is no snapshot");
+    if (d.kind == Kind::cache || d.kind == Kind::cache_request) {
+        if (count > kMaxRecords) return bad(std::to_string(count) + " records (at most " + std::to_string(kMaxRecords) + ")");
+        if (in.size() != head + count * kRecordBytes)
+            return bad(std::to_string(in.size()) + " bytes for " + std::to_string(count) + " records");
+        if (d.kind == Kind::cache_request && count != 0) return bad("a cache request with records");
+        p = in.data() + head;
+        for (std::size_t i = 0; i < count; ++i, p += kRecordBytes) {
+            CacheRecord r;
+            r.key = ProcessId{load_be64(p)};
+            r.owner_party = load_be16(p + 8);
+            if (p[10] != static_cast<uint8_t>(CacheKind::announced) && p[10] != static_cast<uint8_t>(CacheKind::answered))
+                return bad("record " + std::to_string(i) + ": kind " + std::to_string(p[10]));
+            r.kind = static_cast<CacheKind>(p[10]);
+            if (p[11] != 0) return bad("record " + std::to_string(i) + ": a reserved byte is set");
+            if (r.owner_party == 0) return bad("record " + std::to_string(i) + ": owner party 0");
+            r.ttl_ms = load_be32(p + 12);
+            DmaAddressWire w;
+            std::memcpy(&w, p + 16, sizeof w);
+            const auto rec = fedgate::decode(w);
+            if (!rec) return bad("record " + std::to_string(i) + ": not a valid DMA address record");
+            r.record = *rec;
+            d.records.push_back(r);
+        }
+        return d;
+    }
     if (count > kMaxEvents) return bad(std::to_string(count) + " events (at most " + std::to_string(kMaxEvents) + ")");
     if (in.size() != head + count * kEventBytes)
         return bad(std::to_string(in.size()) + " bytes for " + std::to_string(count) + " events");
@@ -139,7 +183,7 @@ void SessionMirror::put(From& f, const SessionEvent& e) {
 }
 
 bool SessionMirror::apply(const SyncDatagram& d) {
-    if (d.kind == SyncDatagram::Kind::resync_request) return false;
+    if (d.kind != SyncDatagram::Kind::events && d.kind != SyncDatagram::Kind::snapshot) return false;  // no sessions
     ++counters_.datagrams_received;
     counters_.events_received += d.events.size();
     bool resync = false;
@@ -179,7 +223,9 @@ bool SessionMirror::apply(const SyncDatagram& d) {
         return resync;
     }
     if (d.seq > f.next_seq) {
-        counters_.events_missed += d.seq - f.next_seq;
+        // Saturating: a forged sequence number must not wrap the counter round.
+        const uint64_t gap = d.seq - f.next_seq;
+        counters_.events_missed = gap > UINT64_MAX - counters_.events_missed ? UINT64_MAX : counters_.events_missed + gap;
         resync = true;
     }
     for (std::size_t i = f.next_seq > d.seq ? f.next_seq - d.seq : 0; i < d.events.size(); ++i) put(f, d.events[i]);
@@ -256,6 +302,7 @@ void SessionSync::loop() {
             receive();
             send_events();
             ask_for_resyncs(mono_ms());
+            ask_for_cache(mono_ms());
         } catch (const std::exception& e) {  // a worker that did not answer a resync's dump, ...: go on
             FG_LOG(WARNING, gateway, "cluster: session events: %s", e.what());
             std::lock_guard lk(mu_);
@@ -379,6 +426,14 @@ void SessionSync::receive() {
             ++counters_.rejected;
             continue;
         }
+        if (d->kind == SyncDatagram::Kind::cache_request) {
+            if (io_.cache_dump) send_cache(*peer, d->seq);
+            continue;
+        }
+        if (d->kind == SyncDatagram::Kind::cache) {
+            take_cache_part(*peer, *d);
+            continue;
+        }
         if (d->kind == SyncDatagram::Kind::resync_request) {
             const uint64_t now = mono_ms(), last = last_resync_sent_ms_[peer->member];
             if (last == 0 || now - last >= kResyncGapMs) {
@@ -425,6 +480,80 @@ void SessionSync::ask_for_resyncs(uint64_t now_ms) {
     }
 }
 
+void SessionSync::ask_for_cache(uint64_t now_ms) {
+    if (!io_.cache_install) return;
+    for (const SyncPeer& p : peers_) {
+        if (!p.active) continue;  // the active member's records are the ones that matter
+        uint64_t& last = last_cache_ask_ms_[p.member];
+        if (last != 0 && now_ms - last < kCacheAskMs) continue;
+        last = now_ms;
+        SyncDatagram d;
+        d.kind = SyncDatagram::Kind::cache_request;
+        d.member = member_;
+        d.boot = boot_;
+        const auto it = cache_version_.find(p.member);
+        d.seq = it == cache_version_.end() ? 0 : it->second;
+        send_to(p, d);
+        std::lock_guard lk(mu_);
+        ++counters_.cache_requests_sent;
+    }
+}
+
+void SessionSync::send_cache(const SyncPeer& p, uint64_t held_version) {
+    const uint64_t now = mono_ms();
+    uint64_t& last = last_cache_sent_ms_[p.member];
+    if (last != 0 && now - last < kCacheAskMs / 2) return;  // asked again too soon: a forged or repeated ask
+    auto [version, records] = io_.cache_dump();
+    if (version == held_version) return;  // it holds what we hold
+    last = now;
+    SyncDatagram d;
+    d.kind = SyncDatagram::Kind::cache;
+    d.member = member_;
+    d.boot = boot_;
+    d.seq = version;
+    d.flags = SyncDatagram::kFirst;
+    bool ok = true;
+    for (std::size_t i = 0; i < records.size() || i == 0; i += SyncDatagram::kMaxRecords) {
+        const std::size_t end = std::min(records.size(), i + SyncDatagram::kMaxRecords);
+        d.records.assign(records.begin() + static_cast<std::ptrdiff_t>(std::min(i, records.size())),
+                         records.begin() + static_cast<std::ptrdiff_t>(end));
+        if (end == records.size()) d.flags |= SyncDatagram::kLast;
+        ok = send_to(p, d) && ok;
+        d.flags = 0;
+        ++d.part;
+        if (stop_.load(std::memory_order_relaxed)) return;
+    }
+    FG_LOG(DEBUG, gateway, "cluster: sent member %s our %zu remote records (version %llu)%s", p.member.c_str(),
+           records.size(), static_cast<unsigned long long>(version), ok ? "" : ", some not sent");
+    std::lock_guard lk(mu_);
+    ++counters_.caches_sent;
+}
+
+void SessionSync::take_cache_part(const SyncPeer& p, const SyncDatagram& d) {
+    if (!io_.cache_install) return;
+    CacheIn& in = cache_in_;
+    if (d.flags & SyncDatagram::kFirst) {
+        in = CacheIn{p.member, d.seq, 0, {}, true};
+    }
+    if (!in.open || in.member != p.member || in.version != d.seq || d.part != in.next_part) {
+        // A part lost or out of order: drop the copy; the next ask (a second away) gets it again.
+        in = CacheIn{};
+        std::lock_guard lk(mu_);
+        ++counters_.cache_parts_missed;
+        return;
+    }
+    in.records.insert(in.records.end(), d.records.begin(), d.records.end());
+    ++in.next_part;
+    if (!(d.flags & SyncDatagram::kLast)) return;
+    const std::size_t n = in.records.size();
+    io_.cache_install(std::move(in.records), in.version);
+    cache_version_[p.member] = in.version;
+    in = CacheIn{};
+    std::lock_guard lk(mu_);
+    ++counters_.caches_received;
+    counters_.cache_records = n;
+}
+
 SyncCounters SessionSync::counters() const {
     std::lock_guard lk(mu_);
     SyncCounters c = counters_;
@@ -454,6 +583,11 @@ nlohmann::ordered_json SessionSync::status() const {
             {"mirror_full", c.mirror.full},
             {"snapshot_parts_missed", c.mirror.snapshot_parts_missed},
             {"failures", c.failures},
+            {"cache_requests_sent", c.cache_requests_sent},
+            {"caches_sent", c.caches_sent},
+            {"caches_received", c.caches_received},
+            {"cache_parts_missed", c.cache_parts_missed},
+            {"cache_records", c.cache_records},
             {"mirrored", c.mirrored},
             {"mirrored_from", from}};
 }

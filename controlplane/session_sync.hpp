@@ -6,6 +6,12 @@
 // sessions are still lost on failover, and installing the mirror is the next step, as VPP's NAT HA
 // does with the same kind of channel. A member that misses events (a gap in the sender's sequence,
 // or it started after the sender) asks for a resync and receives the sender's whole table.
+//
+// The same channel keeps a standby's resolution cache warm: once a second a standby asks the active
+// member for its remote records (what peers announced and what queries learned), naming the
+// version of the copy it holds; the active sends its records again only when they changed since,
+// and the standby puts them into its own cache, so that lookups after a takeover are answered at
+// once rather than after each peer's new announce snapshot.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -23,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "controlplane/resolution.hpp"  // CacheRecord
 #include "dataplane/nat.hpp"
 
 namespace fedgate {
@@ -43,11 +50,16 @@ struct SyncPeer {
 // empty events datagram, sent each second when there is nothing else, says where the sequence is)
 // or how many events it had sent when it took the table (snapshot: parts numbered from 0, flags
 // first/last mark the ends; a part out of order makes the receiver ask again).
+// Cache records (kinds cache_request and cache) use the same header: `seq` is the version of the
+// records the asker holds (0: none) or the sender's (cache: parts numbered as a snapshot's), and
+// `count` records of 64 bytes follow in place of events: key (8) | owner party (2) | kind (1) | 0 |
+// ttl_ms (4, 0: no expiry) | the record as the resolution protocol carries it (48).
 struct SyncDatagram {
-    enum class Kind : uint8_t { events = 1, resync_request = 2, snapshot = 3 };
+    enum class Kind : uint8_t { events = 1, resync_request = 2, snapshot = 3, cache_request = 4, cache = 5 };
     static constexpr uint8_t kFirst = 1, kLast = 2;
     static constexpr uint8_t kVersion = 1;
-    static constexpr std::size_t kMaxEvents = 40;  // a datagram stays under 1,400 bytes
+    static constexpr std::size_t kMaxEvents = 40;   // a datagram stays under 1,400 bytes
+    static constexpr std::size_t kMaxRecords = 20;  // the same for cache records
     Kind kind = Kind::events;
     uint8_t flags = 0;
     std::string member;
@@ -55,6 +67,7 @@ struct SyncDatagram {
     uint64_t seq = 0;
     uint32_t part = 0;
     std::vector<SessionEvent> events;
+    std::vector<CacheRecord> records;  // kind cache only
 
     std::vector<uint8_t> encode() const;
     // Nullopt for anything malformed, with the reason in *why.
@@ -116,6 +129,10 @@ private:
 struct SyncCounters {
     uint64_t events_sent = 0, datagrams_sent = 0, send_errors = 0, resyncs_sent = 0, resyncs_requested = 0,
              rejected = 0, failures = 0;
+    // The warm cache: copies asked for and sent, copies taken whole into the cache (and parts that
+    // went missing, which make the standby ask again), and the records the last copy held.
+    uint64_t cache_requests_sent = 0, caches_sent = 0, caches_received = 0, cache_parts_missed = 0,
+             cache_records = 0;
     MirrorCounters mirror;
     uint64_t mirrored = 0;  // sessions in the mirror now
 };
@@ -133,6 +150,12 @@ public:
         std::function<uint64_t()> lost;
         // The group's other members that publish a sync address.
         std::function<std::vector<SyncPeer>()> peers;
+        // This member's remote cache records and their version (ResolutionService::remote_cache);
+        // null: this member sends none.
+        std::function<std::pair<uint64_t, std::vector<CacheRecord>>()> cache_dump;
+        // The active member's records, whole, at their version: into this member's cache (null:
+        // this member does not ask for them).
+        std::function<void(std::vector<CacheRecord> records, uint64_t version)> cache_install;
     };
     // Binds a UDP socket on `listen` (host order); throws std::runtime_error naming the address.
     SessionSync(std::string member, std::pair<uint32_t, uint16_t> listen, std::size_t max_mirrored, Io io);
@@ -150,6 +173,9 @@ private:
     void send_events();
     void receive();
     void ask_for_resyncs(uint64_t now_ms);
+    void ask_for_cache(uint64_t now_ms);
+    void send_cache(const SyncPeer& p, uint64_t held_version);
+    void take_cache_part(const SyncPeer& p, const SyncDatagram& d);
     bool send_to(const SyncPeer& p, const SyncDatagram& d);  // false when it could not be sent
     void send_snapshot(const SyncPeer& p);
     std::optional<SyncPeer> peer_at(uint32_t addr, uint16_t port) const;
@@ -165,6 +191,16 @@ private:
     std::vector<SyncPeer> peers_;  // as io_.peers() said last (loop thread)
     std::map<std::string, uint64_t> last_resync_ask_ms_, last_resync_sent_ms_;
     std::set<std::string> want_;  // members whose table we need whole (asked once a second until it comes)
+    // The warm cache (loop thread): the version of the copy taken from each member, when each was
+    // last asked or answered, and the copy under way (from one member at a time).
+    std::map<std::string, uint64_t> cache_version_, last_cache_ask_ms_, last_cache_sent_ms_;
+    struct CacheIn {
+        std::string member;
+        uint64_t version = 0;
+        uint32_t next_part = 0;
+        std::vector<CacheRecord> records;
+        bool open = false;
+    } cache_in_;
     std::thread thread_;
     std::atomic<bool> stop_{false};
 

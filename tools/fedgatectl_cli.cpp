@@ -1460,6 +1460,9 @@ int run_cluster_status(const Invocation& inv) {
         if (const Json& from = member(ss, "mirrored_from"); from.is_array())
             for (const auto& m : from) inv.out << ", " << field(m, "sessions") << " from " << field(m, "member");
         inv.out << "\n";
+        if (ss.contains("caches_received"))
+            inv.out << "warm cache: " << field(ss, "cache_records") << " remote record(s) in the last copy, "
+                    << field(ss, "caches_received") << " copies taken, " << field(ss, "caches_sent") << " sent\n";
     } else {
         inv.out << "session events off\n";
     }

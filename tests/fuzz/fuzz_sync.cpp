@@ -1,8 +1,8 @@
 // libFuzzer target: the session-event channel between a group's members (controlplane/session_sync.hpp).
 // The input is a run of datagrams (a length byte, then that many bytes, repeated) as they would
 // arrive on a member's sync address. Each one SyncDatagram::decode accepts must encode back to the
-// very bytes it came from; each is applied to one SessionMirror, which must never hold more than its
-// bound, and whose counters must only grow.
+// very bytes it came from (session events and the warm cache's records alike); each is applied to
+// one SessionMirror, which must never hold more than its bound, and whose counters must only grow.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

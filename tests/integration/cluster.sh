@@ -248,6 +248,17 @@ check "a connection by process ID works through the active a1" connect_by_id 100
 stored_count() { etcd_ctl get --prefix /fedgate/alpha/processes/ --keys-only | grep -c . || true; }
 check "a2 keeps a warm copy of every process in the store" wait_for "a2's warm copy" \
     eval '(( $(js a2 "r[\"resolution\"][\"directory\"][\"warm\"]" stats) == $(stored_count) && $(stored_count) > 0 ))'
+# ... and a copy of the active's remote resolution records, over the sync channel: beta's 2.7.42
+# is in a2's cache before any takeover, as a1 holds it.
+check "a2 holds beta's 2.7.42 in its cache, copied from a1" wait_for "a2's warm cache" \
+    eval '[[ $(js a2 "r[\"kind\"] + \" \" + r[\"owner\"]" dir show 2.7.42 2>/dev/null) == "announced beta" ]]'
+check "a2 holds as many remote records as a1" wait_for "a2's copy to match a1's" \
+    eval '(( $(js a2 "r[\"resolution\"][\"cache\"][\"announced\"]" stats) == $(js a1 "r[\"resolution\"][\"cache\"][\"announced\"]" stats) ))'
+check "stats count the copies a2 took" eval '(( $(js a2 "r[\"cluster\"][\"cache_copies_received\"]" stats) >= 1 && $(js a2 "r[\"cluster\"][\"cache_records_mirrored\"]" stats) >= 1 ))'
+check "fedgatectl cluster status prints a2's warm cache" \
+    eval 'ctl a2 cluster status | grep -q "^warm cache: [1-9][0-9]* remote record(s) in the last copy, [1-9][0-9]* copies taken"'
+check "a1 sent them, and asked a2 for none (a2 is no active member)" \
+    eq "$(js a1 "str(r['sessions']['caches_sent'] >= 1) + ' ' + str(r['sessions']['cache_requests_sent'])" cluster status)" "True 0"
 
 # ---- kill -9 the active -----------------------------------------------------------------------------
 snapshots_before=$(js b "r['resolution']['exchange']['snapshots_received']" stats)

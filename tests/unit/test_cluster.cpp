@@ -26,6 +26,7 @@
 #include "dataplane/portmap.hpp"
 #include "controlplane/resolution.hpp"
 #include "controlplane/store_writers.hpp"
+#include "dataplane/dataplane.hpp"
 #include "dataplane/resolve_cache.hpp"
 #include "tests/support/alpha_config.hpp"
 #include "tests/support/fake_gateway.hpp"
@@ -603,6 +604,61 @@ TEST_F(MemberDirectory, AWarmCopyTheStoreHasMovedOnFromIsNotUsed) {
     EXPECT_EQ(counting.loads, 2);
     EXPECT_EQ(other.stats()["directory"]["taken_over_warm"], 0u);
     EXPECT_TRUE(cache2.find(fedgate::ProcessId::make(1, 2, 6), clock.ms) != nullptr);
+}
+
+// A standby's warm cache ([cluster] sync): the active's remote records (what queries learned,
+// what peers announced) and their version, taken into a standby's cache in place of its own
+// remote records; a local record is never replaced.
+TEST_F(MemberDirectory, AStandbyTakesTheActivesRemoteRecordsIntoItsCache) {
+    const auto learn = [&](uint32_t local) {
+        fedgate::ResolveEvent ev{};
+        ev.key = fedgate::ProcessId::make(2, 7, local);
+        ev.record.pid = ev.key;
+        ev.record.epoch = 1;
+        ev.record.transport = fedgate::Transport::tcp;
+        ev.record.ipv4 = 0xC6120214;
+        ev.record.port = 7000;
+        ev.owner_party = 2;
+        svc->on_event(ev, clock.ms);
+    };
+    const auto [v0, none] = svc->remote_cache(clock.ms);
+    EXPECT_TRUE(none.empty());
+    EXPECT_NE(v0, 0u) << "0 is what a standby that holds nothing asks with";
+    learn(1);
+    learn(2);
+    reg(4, 15);
+    svc->flush(clock.ms);
+    const auto [v1, records] = svc->remote_cache(clock.ms);
+    EXPECT_NE(v1, v0) << "what queries learn changes the version";
+    ASSERT_EQ(records.size(), 2u) << "remote records only, not the local 1.2.4";
+    for (const fedgate::CacheRecord& r : records) {
+        EXPECT_EQ(r.kind, fedgate::CacheKind::answered);
+        EXPECT_EQ(r.owner_party, 2u);
+        EXPECT_EQ(r.ttl_ms, cfg.resolve.answer_ttl_s * 1000) << "an answer's time left goes with it";
+    }
+    EXPECT_EQ(svc->remote_cache(clock.ms).first, v1) << "unchanged while nothing changes";
+
+    Standby sb(*this);
+    fedgate::CacheRecord stale = records[0];
+    stale.key = stale.record.pid = fedgate::ProcessId::make(2, 7, 9);
+    stale.kind = fedgate::CacheKind::announced;
+    stale.ttl_ms = 0;
+    EXPECT_EQ(sb.svc.warm_cache({stale}, clock.ms), 1u);
+    EXPECT_EQ(sb.svc.warm_cache(records, clock.ms), 2u);
+    EXPECT_EQ(sb.cache.find(fedgate::ProcessId::make(2, 7, 9), clock.ms), nullptr) << "the older copy's record is gone";
+    const fedgate::CacheEntry* e = sb.cache.find(fedgate::ProcessId::make(2, 7, 2), clock.ms);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->kind, fedgate::CacheKind::answered);
+    EXPECT_EQ(e->record, records[0].record.pid == e->key ? records[0].record : records[1].record);
+    EXPECT_EQ(sb.cache.find(fedgate::ProcessId::make(2, 7, 2), clock.ms + cfg.resolve.answer_ttl_s * 1000 + 1), nullptr)
+        << "and it expires when it would have at the active";
+
+    fedgate::CacheRecord hearsay = records[0];
+    hearsay.key = hearsay.record.pid = fedgate::ProcessId::make(1, 2, 4);
+    svc->warm_cache({hearsay}, clock.ms);
+    ASSERT_NE(cache.find(fedgate::ProcessId::make(1, 2, 4), clock.ms), nullptr);
+    EXPECT_EQ(cache.find(fedgate::ProcessId::make(1, 2, 4), clock.ms)->kind, fedgate::CacheKind::local)
+        << "a local record is never replaced by a copy";
 }
 
 // A directory store whose writes wait at a gate the test opens, and that records how many were in

@@ -227,6 +227,108 @@ TEST(SyncDatagram, EachMalformedFieldIsRefusedAndNamed) {
     EXPECT_NE(why.find("41 events"), std::string::npos) << why;
 }
 
+// ---- the warm cache's records ----
+
+CacheRecord cache_record(uint32_t local, CacheKind kind, uint32_t ttl_ms) {
+    CacheRecord r;
+    r.record.pid = ProcessId::make(2, 7, local);
+    r.record.epoch = 3;
+    r.record.transport = Transport::tcp;
+    r.record.ipv4 = 0xC6120214;  // 198.18.2.20
+    r.record.port = 7000;
+    r.key = kind == CacheKind::answered ? r.record.pid.with_party(0) : r.record.pid;
+    r.owner_party = 2;
+    r.kind = kind;
+    r.ttl_ms = ttl_ms;
+    return r;
+}
+
+SyncDatagram cache_dgram(std::vector<CacheRecord> records) {
+    SyncDatagram d;
+    d.kind = SyncDatagram::Kind::cache;
+    d.member = "a1";
+    d.boot = 5;
+    d.seq = 42;
+    d.part = 3;
+    d.flags = SyncDatagram::kLast;
+    d.records = std::move(records);
+    return d;
+}
+
+TEST(SyncDatagram, CacheRecordsRoundTripEveryField) {
+    const SyncDatagram d = cache_dgram({cache_record(1, CacheKind::announced, 0), cache_record(2, CacheKind::answered, 29500)});
+    const std::vector<uint8_t> b = d.encode();
+    EXPECT_EQ(b.size(), 8u + 2 + 22 + 2 * 64);
+    std::string why;
+    const auto back = SyncDatagram::decode(b, &why);
+    ASSERT_TRUE(back) << why;
+    EXPECT_EQ(back->kind, SyncDatagram::Kind::cache);
+    EXPECT_EQ(back->seq, 42u);
+    EXPECT_EQ(back->part, 3u);
+    EXPECT_EQ(back->flags, SyncDatagram::kLast);
+    EXPECT_EQ(back->records, d.records);
+    EXPECT_TRUE(back->events.empty());
+    EXPECT_EQ(back->encode(), b);
+    SyncDatagram ask;
+    ask.kind = SyncDatagram::Kind::cache_request;
+    ask.member = "a2";
+    ask.seq = 41;
+    const auto a = SyncDatagram::decode(ask.encode(), &why);
+    ASSERT_TRUE(a) << why;
+    EXPECT_EQ(a->kind, SyncDatagram::Kind::cache_request);
+    EXPECT_EQ(a->seq, 41u);
+}
+
+TEST(SyncDatagram, EachMalformedCacheRecordIsRefusedAndNamed) {
+    const std::vector<uint8_t> good = cache_dgram({cache_record(1, CacheKind::announced, 0)}).encode();
+    const std::size_t r0 = 8 + 2 + 22;
+    struct Case {
+        const char* what;
+        std::size_t at;
+        uint8_t value;
+        const char* reason;
+    } cases[] = {
+        {"count", 8 + 2 + 17, 2, "bytes for 2 records"},
+        {"kind local", r0 + 10, 0, "record 0: kind 0"},
+        {"kind negative", r0 + 10, 3, "record 0: kind 3"},
+        {"reserved", r0 + 11, 1, "record 0: a reserved byte is set"},
+        {"transport", r0 + 16 + 12, 9, "record 0: not a valid DMA address record"},
+    };
+    for (const Case& c : cases) {
+        std::vector<uint8_t> b = good;
+        b[c.at] = c.value;
+        std::string why;
+        EXPECT_FALSE(SyncDatagram::decode(b, &why)) << c.what;
+        EXPECT_NE(why.find(c.reason), std::string::npos) << c.what << ": " << why;
+    }
+    std::vector<uint8_t> no_owner = good;
+    no_owner[r0 + 8] = no_owner[r0 + 9] = 0;
+    std::string why;
+    EXPECT_FALSE(SyncDatagram::decode(no_owner, &why));
+    EXPECT_NE(why.find("owner party 0"), std::string::npos) << why;
+    for (std::size_t n = 0; n < good.size(); ++n) EXPECT_FALSE(SyncDatagram::decode({good.data(), n}, &why)) << n;
+    EXPECT_FALSE(SyncDatagram::decode(
+        cache_dgram(std::vector<CacheRecord>(SyncDatagram::kMaxRecords + 1, cache_record(1, CacheKind::announced, 0))).encode(),
+        &why));
+    EXPECT_NE(why.find("21 records"), std::string::npos) << why;
+    SyncDatagram ask = cache_dgram({cache_record(1, CacheKind::announced, 0)});
+    ask.kind = SyncDatagram::Kind::cache_request;
+    ask.part = 0;
+    EXPECT_FALSE(SyncDatagram::decode(ask.encode(), &why));
+    EXPECT_NE(why.find("a cache request with records"), std::string::npos) << why;
+}
+
+TEST(SessionMirror, ForgedSequenceNumbersCannotWrapTheMissedCounter) {
+    SessionMirror m(100);
+    m.apply(events_dgram("a1", 9, 0, {ev(SessionEvent::opened, 1)}));
+    EXPECT_TRUE(m.apply(events_dgram("a1", 9, UINT64_MAX - 300, {ev(SessionEvent::opened, 2)})));
+    const uint64_t missed = m.counters().events_missed;
+    EXPECT_GT(missed, UINT64_MAX / 2);
+    m.apply(events_dgram("a1", 10, 0, {ev(SessionEvent::opened, 3)}));  // a new run
+    m.apply(events_dgram("a1", 10, UINT64_MAX - 200, {ev(SessionEvent::opened, 4)}));
+    EXPECT_GE(m.counters().events_missed, missed) << "the counter wrapped round (found by fuzz_sync)";
+}
+
 TEST(SessionMirror, EventsInOrderOpenAndCloseSessions) {
     SessionMirror m(100);
     EXPECT_FALSE(m.apply(events_dgram("a1", 9, 0, {ev(SessionEvent::opened, 1), ev(SessionEvent::opened, 2)})));
