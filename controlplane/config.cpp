@@ -365,8 +365,8 @@ struct ReadKey {
     uint8_t id = 0;
     std::string from;  // the config key it came from, for messages
 };
-std::optional<ReadKey> read_peer_key(TableReader& r, const std::string& file, std::size_t i, const std::string& prefix,
-                                     bool required, std::vector<std::string>& warnings) {
+std::optional<ReadKey> read_peer_key(TableReader& r, const std::string& file, const std::string& where,
+                                     const std::string& prefix, bool required, std::vector<std::string>& warnings) {
     const std::string k_inline = prefix + "key", k_file = prefix + "key_file", k_cred = prefix + "key_credential";
     const auto inline_key = r.string(k_inline, false);
     const auto key_file = r.string(k_file, false);
@@ -402,7 +402,7 @@ std::optional<ReadKey> read_peer_key(TableReader& r, const std::string& file, st
     } else {
         out.from = k_inline;
         text = *inline_key;
-        warnings.push_back(file + ": peer[" + std::to_string(i) + "]." + k_inline + ": the key is inline in the config; " +
+        warnings.push_back(file + ": " + where + "." + k_inline + ": the key is inline in the config; " +
                            "keep it in a " + k_file + " (mode 0600, owned by root) or a systemd credential (" + k_cred + ")");
     }
     if (text.empty()) r.fail(out.from, "must not be empty (hex, at least 16 bytes)");
@@ -428,12 +428,13 @@ PeerConfig read_peer(const std::string& file, const toml::table& t, std::size_t 
     const auto ip = parse_ipv4(addr);
     if (!ip) r.fail("address", "'" + addr + "' is not an IPv4 address");
     p.address = *ip;
-    ReadKey cur = *read_peer_key(r, file, i, "", true, warnings);
+    const std::string where = "peer[" + std::to_string(i) + "]";
+    ReadKey cur = *read_peer_key(r, file, where, "", true, warnings);
     p.key = std::move(cur.bytes);
     p.key_file = std::move(cur.file);
     p.key_id = cur.id;
     // The next key of a rotation: accepted beside the current one until the peer has moved to it.
-    if (auto next = read_peer_key(r, file, i, "next_", false, warnings)) {
+    if (auto next = read_peer_key(r, file, where, "next_", false, warnings)) {
         if (next->bytes == p.key) r.fail(next->from, "is the same key as " + cur.from + "; give the new key here");
         if (next->id == p.key_id)
             r.fail(next->from, "has key ID " + std::to_string(next->id) + ", the same as " + cur.from +
@@ -562,12 +563,14 @@ void read_metrics(const std::string& file, const toml::table& t, MetricsSettings
     s.listen = ep;
 }
 
-void read_cluster(const std::string& file, const toml::table& t, ClusterSettings& s) {
-    TableReader r(file, t, "cluster", {"etcd", "member", "lease_ttl_s", "sync"});
+void read_cluster(const std::string& file, const toml::table& t, ClusterSettings& s, std::vector<std::string>& warnings) {
+    TableReader r(file, t, "cluster",
+                  {"etcd", "member", "lease_ttl_s", "sync", "sync_key", "sync_key_file", "sync_key_credential"});
     if (t.empty()) return;  // no [cluster]: alone
     // Types first, so a wrong one is named before a missing key is.
     (void)r.string("member", false);
     (void)r.string("sync", false);
+    for (const char* k : {"sync_key", "sync_key_file", "sync_key_credential"}) (void)r.string(k, false);
     r.uint("lease_ttl_s", s.lease_ttl_s, 2, 60);
     s.etcd = r.string_list("etcd", true);
     if (s.etcd.empty()) r.fail("etcd", "needs at least one endpoint URL, like \"http://198.18.250.11:2379\" (no [cluster] section: a gateway alone)");
@@ -576,7 +579,10 @@ void read_cluster(const std::string& file, const toml::table& t, ClusterSettings
     s.member = *r.string("member", true);
     if (!valid_name(s.member)) r.fail("member", "'" + s.member + "' must be 1-32 of A-Z a-z 0-9 _ -");
     const auto sync = r.string("sync", false);
-    if (!sync || sync->empty()) return;  // no session events
+    if (!sync || sync->empty()) {  // no session events
+        if (read_peer_key(r, file, "cluster", "sync_", false, warnings)) r.fail("sync_key", "is given without sync");
+        return;
+    }
     const auto ep = parse_endpoint(*sync);
     if (!ep || ep->second == 0)
         r.fail("sync", "'" + *sync + "' is not IP:PORT, like 198.18.250.21:7960 (this member's address on the "
@@ -584,6 +590,11 @@ void read_cluster(const std::string& file, const toml::table& t, ClusterSettings
     if (ep->first == 0 || (ep->first >> 28) == 0xe || ep->first == UINT32_MAX)
         r.fail("sync", "'" + *sync + "' is not a unicast address: the other members send to it");
     s.sync = ep;
+    // Every datagram between the members carries an HMAC-SHA256 under this key: a standby takes the
+    // active's records into its cache, so a forged one must not get there.
+    ReadKey key = *read_peer_key(r, file, "cluster", "sync_", true, warnings);
+    s.sync_key = std::move(key.bytes);
+    s.sync_key_file = std::move(key.file);
 }
 
 Proto read_proto(TableReader& r) {
@@ -752,7 +763,7 @@ Config parse_config(const std::string& text, const std::string& source_name) {
     read_connect(source_name, sub_table(top, root, "connect", false, empty), c.connect);
     read_log(source_name, sub_table(top, root, "log", false, empty), c.log);
     read_metrics(source_name, sub_table(top, root, "metrics", false, empty), c.metrics);
-    read_cluster(source_name, sub_table(top, root, "cluster", false, empty), c.cluster);
+    read_cluster(source_name, sub_table(top, root, "cluster", false, empty), c.cluster, c.warnings);
     check_whole(source_name, root, c);
     read_mappings(source_name, top, root, c);  // after the ports and peers they refer to are checked
     return c;

@@ -223,6 +223,10 @@ struct ClusterSettings {
     // network, host-order IPv4 and port); none: no session events.
     std::optional<std::pair<uint32_t, uint16_t>> sync;
     std::string sync_text() const;  // "IP:PORT", or "" when off
+    // The members' shared key for the sync channel's HMAC (sync_key_file, sync_key_credential or
+    // sync_key; required with sync), and the file it came from (empty: inline).
+    std::vector<uint8_t> sync_key;
+    std::string sync_key_file;
     bool enabled() const { return !etcd.empty(); }
     std::string endpoints_text() const;  // "URL,URL,..." 
     bool operator==(const ClusterSettings&) const = default;

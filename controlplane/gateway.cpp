@@ -474,7 +474,8 @@ void Gateway::start() {
                    static_cast<unsigned long long>(version));
         };
         cluster_->set_session_sync(std::make_unique<SessionSync>(
-            cfg_.cluster.member, *cfg_.cluster.sync, std::size_t{cfg_.nat.max_sessions} * workers, std::move(io)));
+            cfg_.cluster.member, *cfg_.cluster.sync, std::size_t{cfg_.nat.max_sessions} * workers, std::move(io),
+            cfg_.cluster.sync_key));
         FG_LOG(INFO, gateway, "cluster: session events on %s", cfg_.cluster.sync_text().c_str());
     }
     pinger_ = std::make_unique<Pinger>(pool_, inject_, dp_ports_, &bells_[0]);

@@ -5,6 +5,7 @@
 
 #include "controlplane/log.hpp"
 #include "controlplane/mapping.hpp"
+#include "dataplane/peer_auth.hpp"
 
 namespace fedgate {
 
@@ -126,6 +127,7 @@ ConfigDiff diff_config(const Config& a, const Config& b) {
     r.field("cluster", "member", a.cluster.member, b.cluster.member);
     r.field("cluster", "lease_ttl_s", a.cluster.lease_ttl_s, b.cluster.lease_ttl_s);
     r.field("cluster", "sync", a.cluster.sync_text(), b.cluster.sync_text());
+    r.field("cluster", "sync_key", key_fingerprint(a.cluster.sync_key), key_fingerprint(b.cluster.sync_key));
 
     diff_peers(a, b, d);
     diff_mappings(a.imports, b.imports, "import", d);

@@ -47,7 +47,10 @@ ResolutionService::ResolutionService(const Config& cfg, ResolveCache& cache, Sen
       send_(std::move(send)),
       sync_(std::move(sync)),
       dir_(cfg.party_id, cfg.resolve.cache_capacity, cfg.resolve.heartbeat_timeout_ms),
-      relay_(cfg.party_id, cfg.connect, *this) {
+      relay_(cfg.party_id, cfg.connect, *this),
+      remote_version_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count())) {
     for (const PeerConfig& p : cfg.peers)
         peers_.push_back(std::make_unique<Peer>(
             Peer{p, peer_keys(p), AnnounceSender(cfg.resolve.announce_window, cfg.resolve.retransmit_ms), {}}));

@@ -220,7 +220,9 @@ private:
     RoceTranslations* roce_ = nullptr;
     uint16_t rdma_mtu_limit_ = 0;
     uint64_t now_ms_ = 0;  // of the message or tick being handled (roce_install stamps with it)
-    uint64_t remote_version_ = 1;  // remote_cache()'s
+    // remote_cache()'s: from the wall clock in microseconds at start, then one up per change, so a
+    // later run's versions are higher too and a standby can refuse an older copy sent again.
+    uint64_t remote_version_ = 1;
     std::unordered_map<uint64_t, uint16_t> control_ports_;  // local process -> UDP port it registers from
     DirectoryStore* store_ = nullptr;
     // Changes waiting for the store, with the replies that wait for them.

@@ -253,8 +253,9 @@ nlohmann::ordered_json SessionMirror::from_json() const {
 // ---------------------------------------------------------------------------------------------
 // The channel.
 
-SessionSync::SessionSync(std::string member, std::pair<uint32_t, uint16_t> listen, std::size_t max_mirrored, Io io)
-    : member_(std::move(member)), listen_(listen), io_(std::move(io)),
+SessionSync::SessionSync(std::string member, std::pair<uint32_t, uint16_t> listen, std::size_t max_mirrored, Io io,
+                         std::span<const uint8_t> key)
+    : member_(std::move(member)), listen_(listen), key_(key), io_(std::move(io)),
       boot_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                       std::chrono::system_clock::now().time_since_epoch())
                                       .count())),
@@ -318,7 +319,9 @@ std::optional<SyncPeer> SessionSync::peer_at(uint32_t addr, uint16_t port) const
 }
 
 bool SessionSync::send_to(const SyncPeer& p, const SyncDatagram& d) {
-    const std::vector<uint8_t> b = d.encode();
+    std::vector<uint8_t> b = d.encode();
+    b.resize(b.size() + kMacLen);
+    key_.seal(b);
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(p.addr);
@@ -406,7 +409,7 @@ void SessionSync::send_snapshot(const SyncPeer& p) {
 }
 
 void SessionSync::receive() {
-    uint8_t buf[2048];
+    uint8_t buf[2048 + kMacLen];
     for (int i = 0; i < 256; ++i) {
         sockaddr_in from{};
         socklen_t len = sizeof from;
@@ -415,7 +418,10 @@ void SessionSync::receive() {
         const uint32_t addr = ntohl(from.sin_addr.s_addr);
         const uint16_t port = ntohs(from.sin_port);
         std::string why;
-        const auto d = SyncDatagram::decode({buf, static_cast<std::size_t>(n)}, &why);
+        const std::size_t size = static_cast<std::size_t>(n);
+        const bool authentic = size > kMacLen && key_.verify({buf, size - kMacLen}, {buf + size - kMacLen, kMacLen});
+        const auto d = authentic ? SyncDatagram::decode({buf, size - kMacLen}, &why) : std::nullopt;
+        if (!authentic) why = "its MAC does not verify (not from a member, or another sync_key)";
         const auto peer = peer_at(addr, port);
         if (!d || !peer || peer->member != d->member) {
             if (d && !peer) why = "not from a member's sync address";
@@ -533,13 +539,19 @@ void SessionSync::take_cache_part(const SyncPeer& p, const SyncDatagram& d) {
     if (!io_.cache_install) return;
     CacheIn& in = cache_in_;
     if (d.flags & SyncDatagram::kFirst) {
+        if (const auto held = cache_version_.find(p.member); held != cache_version_.end() && d.seq <= held->second) {
+            std::lock_guard lk(mu_);
+            ++counters_.rejected;  // an older copy than ours: sent again, or replayed
+            return;
+        }
         in = CacheIn{p.member, d.seq, 0, {}, true};
     }
     if (!in.open || in.member != p.member || in.version != d.seq || d.part != in.next_part) {
         // A part lost or out of order: drop the copy; the next ask (a second away) gets it again.
+        const bool broke = in.open;  // a copy under way lost a part (else: its first part is missing)
         in = CacheIn{};
         std::lock_guard lk(mu_);
-        ++counters_.cache_parts_missed;
+        if (broke) ++counters_.cache_parts_missed;
         return;
     }
     in.records.insert(in.records.end(), d.records.begin(), d.records.end());

@@ -31,6 +31,7 @@
 
 #include "controlplane/resolution.hpp"  // CacheRecord
 #include "dataplane/nat.hpp"
+#include "dataplane/peer_auth.hpp"
 
 namespace fedgate {
 
@@ -158,7 +159,10 @@ public:
         std::function<void(std::vector<CacheRecord> records, uint64_t version)> cache_install;
     };
     // Binds a UDP socket on `listen` (host order); throws std::runtime_error naming the address.
-    SessionSync(std::string member, std::pair<uint32_t, uint16_t> listen, std::size_t max_mirrored, Io io);
+    // Every datagram goes out with an HMAC-SHA256 under `key` ([cluster] sync_key) after its
+    // bytes, and one whose MAC does not verify is dropped and counted.
+    SessionSync(std::string member, std::pair<uint32_t, uint16_t> listen, std::size_t max_mirrored, Io io,
+                std::span<const uint8_t> key);
     ~SessionSync();
     SessionSync(const SessionSync&) = delete;
     SessionSync& operator=(const SessionSync&) = delete;
@@ -182,6 +186,7 @@ private:
 
     const std::string member_;
     const std::pair<uint32_t, uint16_t> listen_;
+    const HmacKey key_;
     Io io_;
     int fd_ = -1;
     uint64_t boot_;
@@ -192,7 +197,8 @@ private:
     std::map<std::string, uint64_t> last_resync_ask_ms_, last_resync_sent_ms_;
     std::set<std::string> want_;  // members whose table we need whole (asked once a second until it comes)
     // The warm cache (loop thread): the version of the copy taken from each member, when each was
-    // last asked or answered, and the copy under way (from one member at a time).
+    // last asked or answered, and the copy under way (from one member at a time). A copy whose
+    // version is not above the one held is one sent again (or replayed): it is not taken.
     std::map<std::string, uint64_t> cache_version_, last_cache_ask_ms_, last_cache_sent_ms_;
     struct CacheIn {
         std::string member;

@@ -136,7 +136,8 @@ ${9:-}
 EOF
 }
 # member_of NAME MGMT_IP — the [cluster] section; session events on the management network
-member_of() { printf '\n[cluster]\netcd = ["%s"]\nmember = "%s"\nlease_ttl_s = 2\nsync = "%s:7960"\n' "${ETCD_URLS[0]}\", \"${ETCD_URLS[1]}\", \"${ETCD_URLS[2]}" "$1" "$2"; }
+SYNC_KEY=9c3e51a07d2b48f6a1e03c5d7b9f2e64  # the members' [cluster] sync_key
+member_of() { printf '\n[cluster]\netcd = ["%s"]\nmember = "%s"\nlease_ttl_s = 2\nsync = "%s:7960"\nsync_key = "%s"\n' "${ETCD_URLS[0]}\", \"${ETCD_URLS[1]}\", \"${ETCD_URLS[2]}" "$1" "$2" "$SYNC_KEY"; }
 write_conf a1 alpha 1 198.18.1.1/24 198.19.0.1/24 beta 2 198.19.0.2 "$(member_of a1 198.18.250.21)"
 write_conf a2 alpha 1 198.18.1.1/24 198.19.0.1/24 beta 2 198.19.0.2 "$(member_of a2 198.18.250.22)"
 write_conf b beta 2 198.18.2.1/24 198.19.0.2/24 alpha 1 198.19.0.1 \
@@ -205,6 +206,28 @@ forge "464753450101010261310000000000000007000000000000000000010000000001060001c
 check "a2 drops a session-event datagram from a non-member's address" wait_for "a2 to count it" \
     eval '(($(js a2 "r[\"sessions\"][\"rejected\"]" cluster status) >= 1))'
 check "the forged datagram (a1's name, run 7) changed nothing" eval '[[ $(a1_run) == "$before" && $before != 7 ]]'
+# The same datagram from a1's very sync address (spoofed with scapy): with a MAC under another key it
+# is dropped; under the members' sync_key it is taken (a new run 7 of a1's), so the MAC alone decides.
+# a1's next datagram (its real run) starts a2's mirror over again.
+spoof_as_a1() { # spoof_as_a1 KEY_HEX
+    ip netns exec "$P-a1" /usr/bin/python3 - "$1" "464753450101010261310000000000000007000000000000000000010000000001060001c6120a0ac612010113891388c6130001c6130002138a177000000000" <<'PY'
+import hashlib, hmac, sys
+from scapy.all import IP, UDP, Raw, send
+body = bytes.fromhex(sys.argv[2])
+mac = hmac.new(bytes.fromhex(sys.argv[1]), body, hashlib.sha256).digest()
+send(IP(src="198.18.250.21", dst="198.18.250.22") / UDP(sport=7960, dport=7960) / Raw(body + mac), verbose=False)
+PY
+}
+rejected_before=$(js a2 "r['sessions']['rejected']" cluster status)
+spoof_as_a1 00000000000000000000000000000000
+check "a2 drops a datagram from a1's address whose MAC is under another key" wait_for "a2 to count it" \
+    eval '(($(js a2 "r[\"sessions\"][\"rejected\"]" cluster status) > rejected_before))'
+check "and it changed nothing" eval '[[ $(a1_run) == "$before" ]]'
+spoof_as_a1 "$SYNC_KEY"
+check "the same datagram under the members' key is taken (the MAC is what decides)" wait_for "a2 to take it" \
+    eval '[[ $(a1_run) == 7 ]]'
+check "a1's own datagrams set a2's mirror right again" wait_for "a2 to follow a1's run again" \
+    eval '[[ $(a1_run) == "$before" ]]'
 kill "$HOLDER" 2>/dev/null || true
 
 # ---- a process registered at the active: in the store before it hears "ok" --------------------------

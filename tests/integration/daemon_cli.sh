@@ -61,7 +61,7 @@ NS=fgcli$$
 ip netns add "$NS"
 trap 'ip netns del "$NS" 2>/dev/null; rm -rf "$WORK" "/var/run/dpdk/fgcli$$"' EXIT
 ip -n "$NS" link set lo up
-{ cat "$WORK/good.toml"; printf '[cluster]\netcd = ["http://198.18.250.11:2379"]\nmember = "a1"\nsync = "198.18.250.21:7960"\n'; } \
+{ cat "$WORK/good.toml"; printf '[cluster]\netcd = ["http://198.18.250.11:2379"]\nmember = "a1"\nsync = "198.18.250.21:7960"\nsync_key = "9c3e51a07d2b48f6a1e03c5d7b9f2e64"\n'; } \
     >"$WORK/sync.toml"
 check "a [cluster] sync address the host does not have stops start-up, named" 1 \
     "[cluster] sync: cannot bind 198.18.250.21:7960" -- ip netns exec "$NS" "$D" --config "$WORK/sync.toml"

@@ -823,9 +823,28 @@ TEST(ClusterConfig, ReadsEndpointsMemberAndLease) {
     EXPECT_EQ(dflt.cluster.lease_ttl_s, fedgate::kDefaultLeaseTtlS);
     EXPECT_FALSE(dflt.cluster.sync) << "no sync key: no session events";
     const fedgate::Config sync = fedgate::parse_config(
-        with_cluster("[cluster]\netcd = [\"http://198.18.250.11:2379\"]\nmember = \"m\"\nsync = \"198.18.250.21:7960\""), "t");
+        with_cluster("[cluster]\netcd = [\"http://198.18.250.11:2379\"]\nmember = \"m\"\nsync = \"198.18.250.21:7960\"\n"
+                     "sync_key = \"9c3e51a07d2b48f6a1e03c5d7b9f2e64\""),
+        "t");
     ASSERT_TRUE(sync.cluster.sync);
     EXPECT_EQ(sync.cluster.sync_text(), "198.18.250.21:7960");
+    EXPECT_EQ(sync.cluster.sync_key.size(), 16u);
+}
+
+// The sync channel's datagrams carry an HMAC under the members' shared key: sync without one is
+// refused, and so is a key without sync (a config that says more than it does).
+TEST(ClusterConfig, SyncNeedsAKeyAndAKeyNeedsSync) {
+    const std::string base = "[cluster]\netcd = [\"http://198.18.250.11:2379\"]\nmember = \"m\"\n";
+    std::string e = config_error(with_cluster(base + "sync = \"198.18.250.21:7960\""));
+    EXPECT_NE(e.find("cluster.sync_key"), std::string::npos) << e;
+    EXPECT_NE(e.find("missing (required)"), std::string::npos) << e;
+    e = config_error(with_cluster(base + "sync_key = \"9c3e51a07d2b48f6a1e03c5d7b9f2e64\""));
+    EXPECT_NE(e.find("cluster.sync_key"), std::string::npos) << e;
+    EXPECT_NE(e.find("is given without sync"), std::string::npos) << e;
+    e = config_error(with_cluster(base + "sync = \"198.18.250.21:7960\"\nsync_key = \"abcd\""));
+    EXPECT_NE(e.find("at least 16 are needed"), std::string::npos) << e;
+    e = config_error(with_cluster(base + "sync = \"198.18.250.21:7960\"\nsync_key_id = 3\nsync_key = \"9c3e51a07d2b48f6a1e03c5d7b9f2e64\""));
+    EXPECT_NE(e.find("sync_key_id"), std::string::npos) << "one key, no IDs: " << e;
 }
 
 TEST(ClusterConfig, ABadSyncAddressIsNamed) {
