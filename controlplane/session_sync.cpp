@@ -30,6 +30,13 @@ constexpr uint64_t kResyncGapMs = 1000;  // a member asks (and is answered) at m
 constexpr uint64_t kCacheAskMs = 1000;   // a standby asks the active for its remote records this often
 constexpr int kPollMs = 20;              // how long the loop waits for a datagram between sends
 
+// Whether `last` (0: never) is at least `gap` ms before `now`; if so, `now` becomes the last time.
+bool due(uint64_t& last, uint64_t now, uint64_t gap) {
+    if (last != 0 && now - last < gap) return false;
+    last = now;
+    return true;
+}
+
 uint64_t mono_ms() {
     return static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -112,12 +119,15 @@ std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, st
     d.part = load_be32(p + 18);
     if (d.kind != Kind::snapshot && d.kind != Kind::cache && d.part != 0)
         return bad("part " + std::to_string(d.part) + " of a datagram that is no snapshot");
-    if (d.kind == Kind::cache || d.kind == Kind::cache_request) {
-        if (count > kMaxRecords) return bad(std::to_string(count) + " records (at most " + std::to_string(kMaxRecords) + ")");
-        if (in.size() != head + count * kRecordBytes)
-            return bad(std::to_string(in.size()) + " bytes for " + std::to_string(count) + " records");
-        if (d.kind == Kind::cache_request && count != 0) return bad("a cache request with records");
-        p = in.data() + head;
+    const bool cache_kind = d.kind == Kind::cache || d.kind == Kind::cache_request;
+    const std::size_t most = cache_kind ? kMaxRecords : kMaxEvents, each = cache_kind ? kRecordBytes : kEventBytes;
+    const std::string noun = cache_kind ? " records" : " events";
+    if (count > most) return bad(std::to_string(count) + noun + " (at most " + std::to_string(most) + ")");
+    if (in.size() != head + count * each) return bad(std::to_string(in.size()) + " bytes for " + std::to_string(count) + noun);
+    if (d.kind == Kind::resync_request && count != 0) return bad("a resync request with events");
+    if (d.kind == Kind::cache_request && count != 0) return bad("a cache request with records");
+    p = in.data() + head;
+    if (cache_kind) {
         for (std::size_t i = 0; i < count; ++i, p += kRecordBytes) {
             CacheRecord r;
             r.key = ProcessId{load_be64(p)};
@@ -137,11 +147,6 @@ std::optional<SyncDatagram> SyncDatagram::decode(std::span<const uint8_t> in, st
         }
         return d;
     }
-    if (count > kMaxEvents) return bad(std::to_string(count) + " events (at most " + std::to_string(kMaxEvents) + ")");
-    if (in.size() != head + count * kEventBytes)
-        return bad(std::to_string(in.size()) + " bytes for " + std::to_string(count) + " events");
-    if (d.kind == Kind::resync_request && count != 0) return bad("a resync request with events");
-    p = in.data() + head;
     for (std::size_t i = 0; i < count; ++i, p += kEventBytes) {
         SessionEvent e;
         e.type = p[0], e.proto = p[1], e.kind = p[2], e.out_port = p[3];
@@ -355,18 +360,14 @@ void SessionSync::send_events() {
         const std::size_t n = io_.take(buf, SyncDatagram::kMaxEvents);
         if (n == 0) {
             if (round == 0 && mono_ms() - last_send_ms_ >= kKeepaliveMs && !peers_.empty()) {
-                SyncDatagram d;  // nothing to say: where the sequence is, so a gap shows
-                d.member = member_;
-                d.boot = boot_;
+                // Nothing to say: where the sequence is, so a gap shows.
+                SyncDatagram d = ours(SyncDatagram::Kind::events);
                 d.seq = seq_;
                 for (const SyncPeer& p : peers_) send_to(p, d);
             }
             return;
         }
-        SyncDatagram d;
-        d.kind = SyncDatagram::Kind::events;
-        d.member = member_;
-        d.boot = boot_;
+        SyncDatagram d = ours(SyncDatagram::Kind::events);
         d.seq = seq_;
         d.events.assign(buf, buf + n);
         seq_ += n;
@@ -379,10 +380,7 @@ void SessionSync::send_events() {
 void SessionSync::send_snapshot(const SyncPeer& p) {
     // The table a page at a time, as the workers give it; a full datagram waits until the next
     // event shows it is not the last, so the last part carries the flag.
-    SyncDatagram d;
-    d.kind = SyncDatagram::Kind::snapshot;
-    d.member = member_;
-    d.boot = boot_;
+    SyncDatagram d = ours(SyncDatagram::Kind::snapshot);
     d.seq = seq_;
     d.flags = SyncDatagram::kFirst;
     std::size_t total = 0;
@@ -441,11 +439,7 @@ void SessionSync::receive() {
             continue;
         }
         if (d->kind == SyncDatagram::Kind::resync_request) {
-            const uint64_t now = mono_ms(), last = last_resync_sent_ms_[peer->member];
-            if (last == 0 || now - last >= kResyncGapMs) {
-                last_resync_sent_ms_[peer->member] = now;
-                send_snapshot(*peer);
-            }
+            if (due(last_resync_sent_ms_[peer->member], mono_ms(), kResyncGapMs)) send_snapshot(*peer);
             continue;
         }
         bool resync;
@@ -473,13 +467,8 @@ void SessionSync::ask_for_resyncs(uint64_t now_ms) {
         }
         if (p.active && !knows) want_.insert(p.member);
         if (want_.count(p.member) == 0) continue;
-        uint64_t& last = last_resync_ask_ms_[p.member];
-        if (last != 0 && now_ms - last < kResyncGapMs) continue;
-        last = now_ms;
-        SyncDatagram d;
-        d.kind = SyncDatagram::Kind::resync_request;
-        d.member = member_;
-        d.boot = boot_;
+        if (!due(last_resync_ask_ms_[p.member], now_ms, kResyncGapMs)) continue;
+        SyncDatagram d = ours(SyncDatagram::Kind::resync_request);
         send_to(p, d);
         std::lock_guard lk(mu_);
         ++counters_.resyncs_requested;
@@ -490,13 +479,8 @@ void SessionSync::ask_for_cache(uint64_t now_ms) {
     if (!io_.cache_install) return;
     for (const SyncPeer& p : peers_) {
         if (!p.active) continue;  // the active member's records are the ones that matter
-        uint64_t& last = last_cache_ask_ms_[p.member];
-        if (last != 0 && now_ms - last < kCacheAskMs) continue;
-        last = now_ms;
-        SyncDatagram d;
-        d.kind = SyncDatagram::Kind::cache_request;
-        d.member = member_;
-        d.boot = boot_;
+        if (!due(last_cache_ask_ms_[p.member], now_ms, kCacheAskMs)) continue;
+        SyncDatagram d = ours(SyncDatagram::Kind::cache_request);
         const auto it = cache_version_.find(p.member);
         d.seq = it == cache_version_.end() ? 0 : it->second;
         send_to(p, d);
@@ -512,10 +496,7 @@ void SessionSync::send_cache(const SyncPeer& p, uint64_t held_version) {
     auto [version, records] = io_.cache_dump();
     if (version == held_version) return;  // it holds what we hold
     last = now;
-    SyncDatagram d;
-    d.kind = SyncDatagram::Kind::cache;
-    d.member = member_;
-    d.boot = boot_;
+    SyncDatagram d = ours(SyncDatagram::Kind::cache);
     d.seq = version;
     d.flags = SyncDatagram::kFirst;
     bool ok = true;

@@ -180,6 +180,13 @@ private:
     void ask_for_cache(uint64_t now_ms);
     void send_cache(const SyncPeer& p, uint64_t held_version);
     void take_cache_part(const SyncPeer& p, const SyncDatagram& d);
+    SyncDatagram ours(SyncDatagram::Kind kind) const {  // a datagram of this member's run
+        SyncDatagram d;
+        d.kind = kind;
+        d.member = member_;
+        d.boot = boot_;
+        return d;
+    }
     bool send_to(const SyncPeer& p, const SyncDatagram& d);  // false when it could not be sent
     void send_snapshot(const SyncPeer& p);
     std::optional<SyncPeer> peer_at(uint32_t addr, uint16_t port) const;
