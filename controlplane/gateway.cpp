@@ -466,7 +466,7 @@ void Gateway::start() {
         io.peers = [c = cluster_.get()] { return c->sync_peers(); };
         // The warm cache: the active's remote records go to a standby, which takes them while it
         // stands by (a copy that arrives after it took over would undo its own peers' snapshots).
-        io.cache_dump = [this] { return resolution_->remote_cache(now_ms()); };
+        io.cache_dump = [this](uint64_t held) { return resolution_->remote_cache(now_ms(), held); };
         io.cache_install = [this](std::vector<CacheRecord> records, uint64_t version) {
             if (!standby_.load(std::memory_order_acquire)) return;
             const std::size_t n = resolution_->warm_cache(records, now_ms());

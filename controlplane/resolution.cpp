@@ -640,18 +640,8 @@ void ResolutionService::flush(uint64_t now_ms) {
         if (staged_.empty()) return;
         std::vector<Staged> batch;
         batch.swap(staged_);
-        std::vector<DirectoryStore::Op> ops;
-        ops.reserve(batch.size());
-        for (const Staged& st : batch) ops.push_back({st.change.kind == DirectoryChange::Kind::removed, st.stored});
-        std::optional<std::string> error;
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
-            store_->write(ops);
-        } catch (const std::exception& e) {
-            error = e.what();
-        }
-        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
-        return finish(batch, error, static_cast<uint64_t>(us.count()), now_ms);
+        const StoreWriters::Done d = StoreWriters::write(*store_, ops_of(batch));
+        return finish(batch, d.error, d.write_us, now_ms);
     }
     for (StoreWriters::Done& d : writers_->take_done()) {
         const auto it = in_flight_.find(d.id);
@@ -665,6 +655,13 @@ void ResolutionService::flush(uint64_t now_ms) {
         finish(batch, d.error, d.write_us, now_ms);
     }
     submit_staged();
+}
+
+std::vector<DirectoryStore::Op> ResolutionService::ops_of(const std::vector<Staged>& batch) {
+    std::vector<DirectoryStore::Op> ops;
+    ops.reserve(batch.size());
+    for (const Staged& st : batch) ops.push_back({st.change.kind == DirectoryChange::Kind::removed, st.stored});
+    return ops;
 }
 
 // What is staged goes out on the idle writers, a batch each; a process with a change in flight
@@ -686,11 +683,8 @@ void ResolutionService::submit_staged() {
         }
         staged_ = std::move(held);
         if (batch.empty()) return;
-        std::vector<DirectoryStore::Op> ops;
-        ops.reserve(batch.size());
-        for (const Staged& st : batch) ops.push_back({st.change.kind == DirectoryChange::Kind::removed, st.stored});
         const uint64_t id = ++next_write_;
-        if (!writers_->submit(id, std::move(ops))) {  // only this thread submits: idle() stays true
+        if (!writers_->submit(id, ops_of(batch))) {  // only this thread submits: idle() stays true
             staged_.insert(staged_.begin(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
             return;
         }
@@ -730,8 +724,10 @@ void ResolutionService::finish(std::vector<Staged>& batch, const std::optional<s
     }
 }
 
-std::pair<uint64_t, std::vector<CacheRecord>> ResolutionService::remote_cache(uint64_t now_ms) const {
+std::optional<std::pair<uint64_t, std::vector<CacheRecord>>> ResolutionService::remote_cache(
+    uint64_t now_ms, uint64_t unless_version) const {
     std::lock_guard lock(mu_);
+    if (remote_version_ == unless_version) return std::nullopt;
     std::vector<CacheRecord> out;
     out.reserve(cache_.size(CacheKind::announced) + cache_.size(CacheKind::answered));
     cache_.for_each([&](const CacheEntry& e) {
@@ -741,7 +737,7 @@ std::pair<uint64_t, std::vector<CacheRecord>> ResolutionService::remote_cache(ui
         }
         return true;
     });
-    return {remote_version_, std::move(out)};
+    return std::pair{remote_version_, std::move(out)};
 }
 
 std::size_t ResolutionService::warm_cache(const std::vector<CacheRecord>& records, uint64_t now_ms) {

@@ -129,8 +129,10 @@ public:
     void warm(std::vector<StoredProcess> all, std::string version);
     std::size_t warm_size() const { return warm_size_.load(std::memory_order_relaxed); }
     // The cache's remote records (announced and answered, unexpired) and their version, which
-    // changes whenever what peers announce or queries learn does (never 0). Any thread.
-    std::pair<uint64_t, std::vector<CacheRecord>> remote_cache(uint64_t now_ms) const;
+    // changes whenever what peers announce or queries learn does (never 0); nullopt, without
+    // copying anything, while the version is still `unless_version`. Any thread.
+    std::optional<std::pair<uint64_t, std::vector<CacheRecord>>> remote_cache(uint64_t now_ms,
+                                                                              uint64_t unless_version = 0) const;
     // A standby: the active member's remote records replace this cache's (its local records stay).
     // Returns how many it holds now. Any thread.
     std::size_t warm_cache(const std::vector<CacheRecord>& records, uint64_t now_ms);
@@ -186,6 +188,7 @@ private:
     void finish(std::vector<Staged>& batch, const std::optional<std::string>& error, uint64_t write_us,
                 uint64_t now_ms);
     void submit_staged();
+    static std::vector<DirectoryStore::Op> ops_of(const std::vector<Staged>& batch);  // what the store is told
 
     // RelayIo: what the handshake relay needs from the directory, the peers and the mappings.
     std::optional<Endpoint4> control_endpoint(ProcessId pid) override;

@@ -493,8 +493,9 @@ void SessionSync::send_cache(const SyncPeer& p, uint64_t held_version) {
     const uint64_t now = mono_ms();
     uint64_t& last = last_cache_sent_ms_[p.member];
     if (last != 0 && now - last < kCacheAskMs / 2) return;  // asked again too soon: a forged or repeated ask
-    auto [version, records] = io_.cache_dump();
-    if (version == held_version) return;  // it holds what we hold
+    auto dump = io_.cache_dump(held_version);  // nothing copied while it holds what we hold
+    if (!dump) return;
+    auto& [version, records] = *dump;
     last = now;
     SyncDatagram d = ours(SyncDatagram::Kind::cache);
     d.seq = version;

@@ -151,9 +151,9 @@ public:
         std::function<uint64_t()> lost;
         // The group's other members that publish a sync address.
         std::function<std::vector<SyncPeer>()> peers;
-        // This member's remote cache records and their version (ResolutionService::remote_cache);
-        // null: this member sends none.
-        std::function<std::pair<uint64_t, std::vector<CacheRecord>>()> cache_dump;
+        // This member's remote cache records and their version, or nullopt while the version is
+        // still the one given (ResolutionService::remote_cache); null: this member sends none.
+        std::function<std::optional<std::pair<uint64_t, std::vector<CacheRecord>>>(uint64_t held_version)> cache_dump;
         // The active member's records, whole, at their version: into this member's cache (null:
         // this member does not ask for them).
         std::function<void(std::vector<CacheRecord> records, uint64_t version)> cache_install;

@@ -41,6 +41,19 @@ std::vector<StoreWriters::Done> StoreWriters::take_done() {
     return std::exchange(done_, {});
 }
 
+StoreWriters::Done StoreWriters::write(DirectoryStore& store, std::span<const DirectoryStore::Op> ops, uint64_t id) {
+    Done d{id, std::nullopt, 0};
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        store.write(ops);
+    } catch (const std::exception& e) {
+        d.error = e.what();
+    }
+    d.write_us = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+    return d;
+}
+
 void StoreWriters::run(DirectoryStore* store) {
     std::unique_lock lk(mu_);
     for (;;) {
@@ -50,15 +63,7 @@ void StoreWriters::run(DirectoryStore* store) {
         jobs_.pop_front();
         --idle_;
         lk.unlock();
-        Done d{job.id, std::nullopt, 0};
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
-            store->write(job.ops);
-        } catch (const std::exception& e) {
-            d.error = e.what();
-        }
-        d.write_us = static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+        Done d = write(*store, job.ops, job.id);
         lk.lock();
         done_.push_back(std::move(d));
         ++idle_;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,9 @@ public:
     ~StoreWriters();  // waits for the writes in flight
     StoreWriters(const StoreWriters&) = delete;
     StoreWriters& operator=(const StoreWriters&) = delete;
+
+    // One write on the calling thread, timed, its exception caught (what each writer does).
+    static Done write(DirectoryStore& store, std::span<const DirectoryStore::Op> ops, uint64_t id = 0);
 
     std::size_t size() const { return threads_.size(); }
     std::size_t idle() const;

@@ -621,14 +621,14 @@ TEST_F(MemberDirectory, AStandbyTakesTheActivesRemoteRecordsIntoItsCache) {
         ev.owner_party = 2;
         svc->on_event(ev, clock.ms);
     };
-    const auto [v0, none] = svc->remote_cache(clock.ms);
+    const auto [v0, none] = *svc->remote_cache(clock.ms);
     EXPECT_TRUE(none.empty());
     EXPECT_NE(v0, 0u) << "0 is what a standby that holds nothing asks with";
     learn(1);
     learn(2);
     reg(4, 15);
     svc->flush(clock.ms);
-    const auto [v1, records] = svc->remote_cache(clock.ms);
+    const auto [v1, records] = *svc->remote_cache(clock.ms);
     EXPECT_NE(v1, v0) << "what queries learn changes the version";
     ASSERT_EQ(records.size(), 2u) << "remote records only, not the local 1.2.4";
     for (const fedgate::CacheRecord& r : records) {
@@ -636,7 +636,9 @@ TEST_F(MemberDirectory, AStandbyTakesTheActivesRemoteRecordsIntoItsCache) {
         EXPECT_EQ(r.owner_party, 2u);
         EXPECT_EQ(r.ttl_ms, cfg.resolve.answer_ttl_s * 1000) << "an answer's time left goes with it";
     }
-    EXPECT_EQ(svc->remote_cache(clock.ms).first, v1) << "unchanged while nothing changes";
+    EXPECT_EQ(svc->remote_cache(clock.ms)->first, v1) << "unchanged while nothing changes";
+    EXPECT_FALSE(svc->remote_cache(clock.ms, v1)) << "nothing copied for a standby that holds this version";
+    EXPECT_TRUE(svc->remote_cache(clock.ms, v0)) << "but for one that holds an older one";
 
     Standby sb(*this);
     fedgate::CacheRecord stale = records[0];
