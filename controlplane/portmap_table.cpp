@@ -317,7 +317,7 @@ bool PortMapTable::remove_automatic(const std::string& kind, Proto proto, uint16
     const auto gone = [&](const auto& m) { return m.source == MapSource::automatic && m.proto == proto && m.port == port; };
     const std::size_t n = kind == "import" ? std::erase_if(imports_, gone) : std::erase_if(exports_, gone);
     if (n == 0) return false;
-    held(kind == "import" ? "import" : "export", proto).reset(port);
+    held(kind, proto).reset(port);
     unpublish(key);  // nothing to persist: automatic mappings are not in the state file
     reclaim();
     return true;
@@ -325,7 +325,7 @@ bool PortMapTable::remove_automatic(const std::string& kind, Proto proto, uint16
 
 bool PortMapTable::taken(const std::string& kind, Proto proto, uint16_t port) const {
     std::lock_guard lk(mu_);
-    return held_ports_[kind != "import"][static_cast<unsigned>(proto) & 1].test(port);
+    return held(kind, proto).test(port);
 }
 
 nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Key&, const std::string&)>& match) {

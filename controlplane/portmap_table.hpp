@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "controlplane/config.hpp"
@@ -134,8 +135,11 @@ private:
     // Which ports each kind holds, by protocol: taken() and add's duplicate check without a scan
     // of the lists (the gateway makes one automatic mapping per tcp process registering).
     std::bitset<65536> held_ports_[2][2];  // [import, export][tcp, udp]
-    std::bitset<65536>& held(const char* kind, Proto proto) {
-        return held_ports_[kind[0] == 'e'][static_cast<unsigned>(proto) & 1];
+    std::bitset<65536>& held(std::string_view kind, Proto proto) {
+        return held_ports_[kind != "import"][static_cast<unsigned>(proto) & 1];
+    }
+    const std::bitset<65536>& held(std::string_view kind, Proto proto) const {
+        return held_ports_[kind != "import"][static_cast<unsigned>(proto) & 1];
     }
     void index_ports();  // again from the lists, after they are replaced
     std::vector<const ImportRule*> retired_imports_;
