@@ -10,16 +10,18 @@ AutoMappings::AutoMappings(const Config& cfg, PortMapTable& table)
 
 template <typename Add>
 std::optional<uint16_t> AutoMappings::allocate(const char* kind, Add add) {
-    const uint32_t lo = cfg_.connect.auto_port_lo, hi = cfg_.connect.auto_port_hi, n = hi - lo + 1;
-    for (uint32_t i = 0; i < n; ++i) {
-        const auto port = static_cast<uint16_t>(next_ < lo || next_ > hi ? lo : next_);
-        next_ = static_cast<uint16_t>(port == hi ? lo : port + 1);
-        if (table_.taken(kind, Proto::tcp, port)) continue;
+    const uint16_t lo = cfg_.connect.auto_port_lo, hi = cfg_.connect.auto_port_hi;
+    // A port someone else takes between the look and the add is looked past; a range a person
+    // fills at the same time ends the loop (each turn either returns or finds a port taken).
+    for (uint32_t tries = 0; tries <= uint32_t{hi} - lo; ++tries) {
+        const auto port = table_.free_port(kind, Proto::tcp, lo, hi, next_);
+        if (!port) break;
+        next_ = static_cast<uint16_t>(*port == hi ? lo : *port + 1);
         try {
-            add(port);
-            return port;
+            add(*port);
+            return *port;
         } catch (const MapError& e) {
-            if (table_.taken(kind, Proto::tcp, port)) continue;  // someone took it just now
+            if (table_.taken(kind, Proto::tcp, *port)) continue;  // someone took it just now
             // Checked like any mapping: a refusal here is not about the port, so another port will not help.
             ++counters_.refused;
             FG_LOG(WARNING, gateway, "automatic %s mapping refused: %s", kind, e.what());

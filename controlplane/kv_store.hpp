@@ -1,5 +1,5 @@
 // The key-value store a gateway group keeps its shared state in: etcd, spoken to through its v3
-// JSON gateway over HTTP (libcurl), and an in-memory store with the same semantics that the
+// gRPC API, and an in-memory store with the same semantics that the
 // election and state-mapping tests drive with their own clock. No consensus of our own: etcd's
 // leases, revisions and transactions are the whole of it.
 #pragma once
@@ -14,6 +14,13 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace etcdserverpb {  // proto/etcd_rpc.proto
+class RangeRequest;
+class RangeResponse;
+class TxnRequest;
+class TxnResponse;
+}  // namespace etcdserverpb
 
 namespace fedgate {
 
@@ -86,15 +93,18 @@ public:
     virtual std::string describe() const = 0;  // the endpoints, for messages
 };
 
-// etcd's v3 API through its JSON gateway (POST /v3/kv/range, /v3/kv/txn, /v3/lease/grant, ...).
-// Requests go to the endpoint that last answered and move on to the next when one cannot be
-// reached; every request has a deadline, so a store without quorum costs a bounded wait, never a
-// hang. One request at a time per object (a mutex): give each thread its own.
+// etcd's v3 gRPC API (KV.Range, KV.Txn, Lease.LeaseGrant/LeaseRevoke/LeaseKeepAlive; the subset
+// in proto/etcd_rpc.proto), binary keys and values, one HTTP/2 connection per endpoint. Requests
+// go to the endpoint that last answered and move on to the next when one cannot serve; every
+// request has a deadline, so a store without quorum costs a bounded wait, never a hang. Health
+// checks are etcd's HTTP GET /health (libcurl), which says whether the member has quorum. One
+// request at a time per object (a mutex): give each thread its own.
 class EtcdStore final : public KvStore {
 public:
-    // `endpoints`: "http://IP:PORT" URLs. `timeout_ms`: each request's deadline on one endpoint.
-    // `budget_ms`: how long one call keeps going round the endpoints (0: one round), so that a
-    // change rides out the store electing a new leader.
+    // `endpoints`: "http://HOST:PORT" (plain) or "https://HOST:PORT" (TLS, the system's roots)
+    // URLs. `timeout_ms`: each request's deadline on one endpoint. `budget_ms`: how long one call
+    // keeps going round the endpoints (0: one round), so that a change rides out the store
+    // electing a new leader.
     explicit EtcdStore(std::vector<std::string> endpoints, long timeout_ms = 1000, long budget_ms = 0);
     ~EtcdStore() override;
     EtcdStore(const EtcdStore&) = delete;
@@ -115,25 +125,23 @@ public:
     std::vector<EndpointHealth> health() override;
     std::string describe() const override;
 
+    struct Endpoint;  // one endpoint's channel and stubs (etcd_store.cpp)
+
 private:
-    struct Reply {
-        long status = 0;   // HTTP status; 0: no answer
-        std::string body;
-        std::string error;  // libcurl's, when status is 0
-    };
-    Reply post_one(const std::string& url, const std::string& path, const std::string& body, long timeout_ms);
-    // One round: POSTs to the endpoints in turn, from the one that answered last, until one
-    // answers 200; each failure is added to `failures`. Throws StoreRefused on a refusal.
-    std::optional<std::string> try_each(const std::string& path, const std::string& body, std::string& failures,
-                                        bool& reachable);
-    // Rounds of try_each until an answer or the budget is spent; then throws StoreUnavailable
-    // naming each endpoint's failure.
-    std::string call(const std::string& path, const std::string& body);
+    // Runs `rpc` on the endpoints in turn, from the one that answered last, in rounds until one
+    // answers or the budget is spent; then throws StoreUnavailable naming each endpoint's failure.
+    // Throws StoreRefused when an endpoint refuses the request itself. `rpc` returns the gRPC
+    // status code (0: done) and fills `message`.
+    void call(const char* what, const std::function<int(Endpoint&, long timeout_ms, std::string& message)>& rpc);
+
+    etcdserverpb::RangeResponse range_rpc(const etcdserverpb::RangeRequest& q);
+    etcdserverpb::TxnResponse txn_rpc(const etcdserverpb::TxnRequest& q);
 
     std::vector<std::string> endpoints_;
     long timeout_ms_, budget_ms_;
     std::mutex mu_;
-    void* curl_ = nullptr;  // CURL*, reused so connections stay open
+    std::vector<std::unique_ptr<Endpoint>> channels_;  // one per endpoint
+    void* curl_ = nullptr;                             // CURL*, for GET /health
     std::size_t current_ = 0;
 };
 
@@ -189,9 +197,6 @@ private:
     std::map<std::string, KvEntry> kv_;
 };
 
-// etcd's JSON gateway carries keys and values in base64.
-std::string base64_encode(const std::string& raw);
-std::optional<std::string> base64_decode(const std::string& text);
 // The first key after every key that starts with `prefix` (etcd's range_end for a prefix).
 std::string prefix_end(const std::string& prefix);
 

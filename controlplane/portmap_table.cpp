@@ -328,6 +328,20 @@ bool PortMapTable::taken(const std::string& kind, Proto proto, uint16_t port) co
     return held(kind, proto).test(port);
 }
 
+std::optional<uint16_t> PortMapTable::free_port(const std::string& kind, Proto proto, uint16_t lo, uint16_t hi,
+                                                uint16_t from) const {
+    if (lo > hi) return std::nullopt;
+    const uint32_t n = uint32_t{hi} - lo + 1;
+    const uint32_t start = from < lo || from > hi ? 0 : from - lo;
+    std::lock_guard lk(mu_);
+    const std::bitset<65536>& used = held(kind, proto);
+    for (uint32_t i = 0; i < n; ++i) {
+        const auto port = static_cast<uint16_t>(lo + (start + i) % n);
+        if (!used.test(port)) return port;
+    }
+    return std::nullopt;
+}
+
 nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Key&, const std::string&)>& match) {
     std::lock_guard lk(mu_);
     std::vector<ImportMapping> imports;

@@ -89,6 +89,9 @@ public:
     bool remove_automatic(const std::string& kind, Proto proto, uint16_t port);
     // Whether any mapping of that kind holds the port.
     bool taken(const std::string& kind, Proto proto, uint16_t port) const;
+    // The first port in [lo, hi] that no mapping of that kind holds, looking from `from` upwards
+    // and wrapping round to `lo`; nullopt when every one is held. One lock for the whole look.
+    std::optional<uint16_t> free_port(const std::string& kind, Proto proto, uint16_t lo, uint16_t hi, uint16_t from) const;
 
     std::size_t import_count() const;
     std::size_t export_count() const;

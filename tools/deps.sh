@@ -12,7 +12,9 @@ PKGS=(
   libpcap-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   # sd_notify: readiness and the watchdog under systemd (Type=notify)
   libsystemd-dev
-  # [cluster]: etcd's v3 JSON gateway over HTTP (libcurl); a gateway group's store in the tests
+  # [cluster]: etcd's v3 gRPC API (gRPC, protobuf and their code generators), its GET /health over
+  # HTTP (libcurl); a gateway group's store in the tests
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libcurl4-openssl-dev etcd-server etcd-client
   # the Python module and the federated-learning example
   pybind11-dev python3-dev python3-pytest python3-numpy python3-grpcio

@@ -48,19 +48,6 @@ struct Clock {
     }
 };
 
-TEST(Base64, RoundTripsEveryLengthAndRefusesGarbage) {
-    std::string raw;
-    for (int i = 0; i < 40; ++i) {
-        const std::string enc = fedgate::base64_encode(raw);
-        EXPECT_EQ(enc.size() % 4, 0u);
-        EXPECT_EQ(fedgate::base64_decode(enc), raw) << i;
-        raw.push_back(static_cast<char>(i * 37 + 1));
-    }
-    EXPECT_EQ(fedgate::base64_encode("/fedgate/alpha/leader"), "L2ZlZGdhdGUvYWxwaGEvbGVhZGVy");
-    EXPECT_FALSE(fedgate::base64_decode("abc").has_value());
-    EXPECT_FALSE(fedgate::base64_decode("a*c=").has_value());
-}
-
 TEST(PrefixEnd, IsTheFirstKeyAfterThePrefix) {
     EXPECT_EQ(fedgate::prefix_end("/fedgate/alpha/members/"), "/fedgate/alpha/members0");
     EXPECT_EQ(fedgate::prefix_end(std::string("a\xff", 2)), "b");

@@ -617,6 +617,25 @@ TEST_F(PortMapTableTest, TakenSaysExactlyWhatIsMappedAfterEveryKindOfChange) {
     EXPECT_TRUE(t.taken("import", Proto::tcp, 8081));
 }
 
+// free_port looks from a cursor, wraps round to the range's start, and looks only at its kind.
+TEST_F(PortMapTableTest, FreePortLooksFromTheCursorAndWraps) {
+    fedgate::PortMapTable& t = open();
+    t.add_automatic(export_of("auto", Proto::tcp, 61000, "198.18.1.30:4000"));
+    t.add_automatic(export_of("auto", Proto::tcp, 61002, "198.18.1.31:4000"));
+    t.add_automatic(export_of("auto", Proto::tcp, 61003, "198.18.1.32:4000"));
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 61000, 61003, 61000), 61001);
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 61000, 61003, 61002), 61001) << "wraps from the end to the start";
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 61000, 61003, 7), 61001) << "a cursor outside the range starts at lo";
+    EXPECT_EQ(t.free_port("import", Proto::tcp, 61000, 61003, 61000), 61000) << "an export's port is not an import's";
+    EXPECT_EQ(t.free_port("export", Proto::udp, 61000, 61003, 61000), 61000) << "nor another protocol's";
+    t.add_automatic(export_of("auto", Proto::tcp, 61001, "198.18.1.33:4000"));
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 61000, 61003, 61000), std::nullopt) << "all four held";
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 61000, 61004, 61001), 61004);
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 61001, 61000, 61000), std::nullopt) << "an empty range";
+    EXPECT_TRUE(t.remove_automatic("export", Proto::tcp, 61002));
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 61000, 61003, 61003), 61002);
+}
+
 // ---- management requests ----
 
 TEST_F(PortMapTableTest, HandleAddsListsAndDeletes) {
