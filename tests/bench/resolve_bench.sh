@@ -21,7 +21,8 @@
 #    the 2-core machine), so the 1M step stops registering after RESOLVE_BENCH_REG_LIMIT_S and
 #    measures the announce with what B holds then; the result lines say so.
 # 4. Registrations at a member of a gateway group beside a gateway alone: A's node registers a burst
-#    at A alone; then a three-member etcd (tests/integration/lib_etcd.sh, on this machine) is
+#    at A alone; then a three-member etcd (tests/integration/lib_etcd.sh, on this machine; one
+#    member with RESOLVE_BENCH_ETCD_MEMBERS=1, so that the store's work lands on these CPUs once) is
 #    brought up, A restarted as the only member of a group on it ([cluster], active), and the same
 #    burst registered again, every registration written to the store before it is answered. The
 #    figure is the ratio of the two rates (alone / member; the aim is at most 2). A then runs alone
@@ -36,6 +37,7 @@
 #   RESOLVE_BENCH_PARTS="1 2 3 4"   which parts to run (3 and 4 need 2's lab; they bring one up if 2 is skipped)
 #   RESOLVE_BENCH_GROUP_REGS=2000   part 4: registrations in each burst (alone, then as a member)
 #   RESOLVE_BENCH_WINDOW=64         register-many: registrations in flight
+#   RESOLVE_BENCH_ETCD_MEMBERS=3    part 4: the store's members, 3 or 1 (all on this machine)
 #   RESOLVE_BENCH_REG_LIMIT_S=150   part 3: stop registering after this long (the rest is measured
 #                                   with what got registered; the script says so)
 #   RESOLVE_BENCH_ANNOUNCE_LIMIT_S=150  part 3: longest wait for A to hold B's records
@@ -62,6 +64,10 @@ else
     ANNOUNCE_LIMIT_S=${RESOLVE_BENCH_ANNOUNCE_LIMIT_S:-150}
     GROUP_N=${RESOLVE_BENCH_GROUP_REGS:-2000}
 fi
+ETCD_MEMBERS=${RESOLVE_BENCH_ETCD_MEMBERS:-3}
+[[ $ETCD_MEMBERS == 1 || $ETCD_MEMBERS == 3 ]] ||
+    { echo "resolve_bench: RESOLVE_BENCH_ETCD_MEMBERS must be 1 or 3, got '$ETCD_MEMBERS'" >&2; exit 2; }
+STORE_TEXT=$([[ $ETCD_MEMBERS == 1 ]] && echo "a one-member etcd" || echo "a three-member etcd")
 uint_in() { # uint_in WHAT VALUE MIN MAX — exits 2 unless VALUE is an integer in MIN..MAX
     if ! [[ $2 =~ ^[0-9]{1,9}$ ]] || (($2 < $3 || $2 > $4)); then
         echo "resolve_bench: $1 must be $3..$4, got '$2'" >&2
@@ -563,7 +569,7 @@ run_part4() {
     fi
     bring_lab_up
     say "== part 4: registrations at gateway A alone, then at A as the active member of a group" \
-        "(store: a three-member etcd on this machine; $GROUP_N registrations each, window $WINDOW)"
+        "(store: $STORE_TEXT on this machine; $GROUP_N registrations each, window $WINDOW)"
     local alone_line member_line alone member held store_n
     alone_line=$(group_burst 7 5)
     say "  A alone: $alone_line"
@@ -571,8 +577,8 @@ run_part4() {
     # burst does not run beside the announce snapshot the alone burst never saw.
     held=$(gstat a "['resolution']['cache']['announced']")
 
-    say "  store: three etcd members, prefix ${LAB_PREFIX}et"
-    if ! etcd_up "${LAB_PREFIX}et" || ! etcd_attach "$NS_A_GW" "$GROUP_IP"; then
+    say "  store: $STORE_TEXT, prefix ${LAB_PREFIX}et"
+    if ! ETCD_MEMBERS=$ETCD_MEMBERS etcd_up "${LAB_PREFIX}et" || ! etcd_attach "$NS_A_GW" "$GROUP_IP"; then
         result "part 4: FAILED (the etcd cluster did not come up)"
         smoke_fail "part 4: the etcd cluster did not come up"
         etcd_down
@@ -581,7 +587,8 @@ run_part4() {
     lab_stop a
     GROUP_CONF_ALONE=$WORK/a-alone.toml
     cp "$A_CONF" "$GROUP_CONF_ALONE"
-    printf '\n[cluster]\netcd = ["%s", "%s", "%s"]\nmember = "a1"\nlease_ttl_s = 2\n' "${ETCD_URLS[@]}" >>"$A_CONF"
+    printf '\n[cluster]\netcd = [%s]\nmember = "a1"\nlease_ttl_s = 2\n' \
+        "$(printf '"%s", ' "${ETCD_URLS[@]}" | sed 's/, $//')" >>"$A_CONF"
     lab_start a
     say "  A stopped (exit $LAB_RC) and started again as member a1 of a group"
     if ! wait_until 120 "A to be the active member" a_is_active; then
@@ -612,7 +619,7 @@ run_part4() {
     result "$(printf 'part 4: %-34s %7s registrations/s (each written to the store before it is answered)' \
         "A, the active member of a group" "$member")"
     result "part 4: ratio alone/member $("$PY" -c "import sys; a, m = map(int, sys.argv[1:]); print(f'{a / m:.2f}' if m else 'n/a')" \
-        "$alone" "$member") (the aim: at most 2; store: a three-member etcd on the same machine; $GROUP_N registrations, window $WINDOW)"
+        "$alone" "$member") (the aim: at most 2; store: $STORE_TEXT on the same machine; $GROUP_N registrations, window $WINDOW)"
     if ((SMOKE)); then
         ((alone > 0)) || smoke_fail "part 4: no registration rate at A alone ($alone_line)"
         ((member > 0)) || smoke_fail "part 4: no registration rate at A as a member ($member_line)"

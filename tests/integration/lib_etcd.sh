@@ -21,6 +21,9 @@
 #   etcd_down              kills the members, deletes the namespaces (and so every veth and the
 #                          bridge) and the work dir; idempotent, safe in an EXIT trap at any point
 #
+# ETCD_MEMBERS=1 (read by etcd_up; default 3) starts member 1 alone, a one-member cluster: what a
+# benchmark uses to see the gateway's side when the store does not share its CPUs three times.
+#
 # The members run with the default timing (heartbeat 100 ms, election timeout 1 s), a 64 MiB
 # backend quota and a snapshot every 1000 entries, each in a clean environment (no ETCD_* of the
 # caller's is read as a flag). The member pids live in the calling shell: call etcd_up, etcd_start
@@ -35,6 +38,7 @@ ETCD_IPS=("" "$ETCD_NET.11" "$ETCD_NET.12" "$ETCD_NET.13")  # index = member num
 ETCD_URLS=()
 ETCD_PIDS=("" "" "" "")
 ETCD_PREFIX='' ETCD_WORK='' ETCD_NS_STORE=''
+ETCD_N=3  # the members of the cluster etcd_up started (ETCD_MEMBERS)
 
 _etcd_note() { echo "lib_etcd: $*" >&2; }
 
@@ -52,6 +56,7 @@ _etcd_ns_exists() { [[ -e /run/netns/$1 ]]; }
 _etcd_member() { # _etcd_member N: fails unless N is 1, 2 or 3 and the cluster was set up
     [[ ${1:-} =~ ^[123]$ ]] || { _etcd_note "no member '${1:-}' (want 1, 2 or 3)"; return 2; }
     [[ -n $ETCD_PREFIX && -n $ETCD_WORK ]] || { _etcd_note "etcd_up has not run"; return 2; }
+    (($1 <= ETCD_N)) || { _etcd_note "no member $1 in a cluster of $ETCD_N"; return 2; }
 }
 
 # _etcd_ctl_at URLS ARGS...: etcdctl from the store namespace against URLS (comma-separated).
@@ -87,7 +92,7 @@ _etcd_healthy() { # _etcd_healthy N: member N answers a quorum read
 
 _etcd_logs_tail() {
     local n f
-    for n in 1 2 3; do
+    for ((n = 1; n <= ETCD_N; n++)); do
         f=$ETCD_WORK/etcd$n.log
         [[ -f $f ]] || continue
         echo "--- last lines of $f" >&2
@@ -101,7 +106,7 @@ _etcd_alive() { [[ -n ${ETCD_PIDS[$1]} ]] && kill -0 "${ETCD_PIDS[$1]}" 2>/dev/n
 # exited (or was never started), and after ETCD_TIMEOUT_S otherwise; prints the end of the logs.
 etcd_wait_healthy() {
     local n members=("$@") deadline=$((SECONDS + ETCD_TIMEOUT_S))
-    ((${#members[@]})) || members=(1 2 3)
+    ((${#members[@]})) || mapfile -t members < <(seq 1 "$ETCD_N")
     for n in "${members[@]}"; do
         _etcd_member "$n" || return
         until _etcd_healthy "$n" >/dev/null 2>&1; do
@@ -131,7 +136,8 @@ etcd_start() { # etcd_start N — starts member N (again) on its data dir
     # A data dir that holds the member's state makes etcd ignore the --initial-* flags and rejoin
     # with what it stored; "existing" says the same for the record.
     [[ ! -d $data/member ]] || state=existing
-    cluster=etcd1=http://${ETCD_IPS[1]}:2380,etcd2=http://${ETCD_IPS[2]}:2380,etcd3=http://${ETCD_IPS[3]}:2380
+    local m
+    for ((m = 1; m <= ETCD_N; m++)); do cluster+=${cluster:+,}etcd$m=http://${ETCD_IPS[$m]}:2380; done
     echo "=== lib_etcd: starting member $n ($state) at $(date '+%F %T')" >>"$log"
     # `ip netns exec` and `env` exec their program: $! is etcd's own pid. A clean environment, so
     # that no ETCD_* variable (ETCD_ENDPOINTS among them) is read as a flag.
@@ -193,7 +199,10 @@ etcd_up() { # etcd_up PREFIX
     _etcd_names "$prefix"
     ETCD_WORK=$(mktemp -d "${TMPDIR:-/tmp}/lib_etcd.$prefix.XXXXXX") || return
     ETCD_PIDS=("" "" "" "")
-    ETCD_URLS=("http://${ETCD_IPS[1]}:2379" "http://${ETCD_IPS[2]}:2379" "http://${ETCD_IPS[3]}:2379")
+    ETCD_N=${ETCD_MEMBERS:-3}
+    [[ $ETCD_N == 1 || $ETCD_N == 3 ]] || { _etcd_note "ETCD_MEMBERS=$ETCD_N: want 1 or 3"; return 2; }
+    ETCD_URLS=()
+    for ((n = 1; n <= ETCD_N; n++)); do ETCD_URLS+=("http://${ETCD_IPS[$n]}:2379"); done
     ETCD_ENDPOINTS=$(IFS=,; echo "${ETCD_URLS[*]}")
     export ETCD_ENDPOINTS
 
@@ -203,7 +212,7 @@ etcd_up() { # etcd_up PREFIX
     ip -n "$ETCD_NS_STORE" link add "$ETCD_BR" type bridge stp_state 0 forward_delay 0 || return
     ip -n "$ETCD_NS_STORE" addr add "$ETCD_STORE_IP/24" dev "$ETCD_BR" || return
     ip -n "$ETCD_NS_STORE" link set "$ETCD_BR" up || return
-    for n in 1 2 3; do
+    for ((n = 1; n <= ETCD_N; n++)); do
         _etcd_ns_add "${ETCD_NS_MEMBERS[$n]}" || return
         ip -n "$ETCD_NS_STORE" link add "${ETCD_P6}s$n" type veth \
             peer name "${ETCD_P6}e$n" netns "${ETCD_NS_MEMBERS[$n]}" || return
@@ -211,13 +220,13 @@ etcd_up() { # etcd_up PREFIX
         ip -n "${ETCD_NS_MEMBERS[$n]}" addr add "${ETCD_IPS[$n]}/24" dev "${ETCD_P6}e$n" || return
         ip -n "${ETCD_NS_MEMBERS[$n]}" link set "${ETCD_P6}e$n" up || return
     done
-    for n in 1 2 3; do
+    for ((n = 1; n <= ETCD_N; n++)); do
         _etcd_wait "link ${ETCD_P6}e$n up" _etcd_link_up "${ETCD_NS_MEMBERS[$n]}" "${ETCD_P6}e$n" || return
     done
-    for n in 1 2 3; do
+    for ((n = 1; n <= ETCD_N; n++)); do
         etcd_start "$n" || return
     done
-    etcd_wait_healthy 1 2 3
+    etcd_wait_healthy
 }
 
 etcd_attach() { # etcd_attach NS IP — joins namespace NS to the management network as IP/24
