@@ -98,7 +98,7 @@ int run_help(const Invocation&);
 int run_completion(const Invocation&);
 
 constexpr std::array kCommands{
-    Command{"register", "",
+    Command{{"register", "",
             "--pid ID --transport tcp|roce_v2 --listen IP:PORT [--epoch N] [--gid GID] [--qpn N] [--mtu N] "
             "[--ttl-s N] [--heartbeat-ms N] [--once]",
             "register this process's DMA address record, then heartbeat until SIGINT/SIGTERM and deregister",
@@ -106,16 +106,16 @@ constexpr std::array kCommands{
             "--listen 198.18.1.20:4791 --qpn 0x1234\n"
             "fedgate-node --gateway 198.18.1.1:7410 register --pid 1.7.43 --transport tcp "
             "--listen 198.18.1.20:50051 --once",
-            register_options, run_register},
-    Command{"deregister", "", "--pid ID --epoch N", "remove a registration (the epoch it was registered with)",
-            "fedgate-node --gateway 198.18.1.1 deregister --pid 1.7.43 --epoch 12345", deregister_options,
+            register_options}, run_register},
+    Command{{"deregister", "", "--pid ID --epoch N", "remove a registration (the epoch it was registered with)",
+            "fedgate-node --gateway 198.18.1.1 deregister --pid 1.7.43 --epoch 12345", deregister_options},
             run_deregister},
-    Command{"resolve", "ID", "[--json]",
+    Command{{"resolve", "ID", "[--json]",
             "ask the gateway for process ID's DMA address record (from its cache, the owner or every peer)",
             "fedgate-node --gateway 198.18.1.1 resolve 2.3.99\n"
             "fedgate-node --gateway 198.18.1.1 --timeout-ms 1000 resolve 0.3.99 --json",
-            resolve_options, run_resolve},
-    Command{"listen", "",
+            resolve_options}, run_resolve},
+    Command{{"listen", "",
             "--pid ID [--tcp-port N] [--transport auto|rdma|tcp] [--count N] [--json] "
             "[--handshake-only --qpn N --psn N [--gid GID] [--mtu N]]",
             "register, accept connections from other processes and check the bytes each one sends (or, "
@@ -124,8 +124,8 @@ constexpr std::array kCommands{
             "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --tcp-port 5000 --transport tcp\n"
             "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 listen --pid 2.7.42 --transport rdma "
             "--handshake-only --qpn 0x5678 --psn 0x99 --json",
-            listen_options, run_listen},
-    Command{"connect", "",
+            listen_options}, run_listen},
+    Command{{"connect", "",
             "--pid ID --to ID (--bytes N | --handshake-only --qpn N --psn N [--gid GID] [--mtu N]) "
             "[--transport auto|rdma|tcp] [--parallel K] [--repeat N] [--hold] [--json]",
             "register, connect to process --to through the gateways and send it N checked bytes (or, "
@@ -134,26 +134,26 @@ constexpr std::array kCommands{
             "fedgate-node --gateway 198.18.1.1 connect --pid 1.7.42 --to 2.7.42 --bytes 1048576 --parallel 4 --json\n"
             "fedgate-node --gateway 198.18.1.1 --bind 198.18.1.20 connect --pid 1.7.42 --to 2.7.42 --transport rdma "
             "--handshake-only --qpn 0x1234 --psn 0x42 --mtu 4096 --json",
-            connect_options, run_connect},
-    Command{"expose", "", "--pid ID --to HOST:PORT [--tcp-port N] [--transport auto|rdma|tcp]",
+            connect_options}, run_connect},
+    Command{{"expose", "", "--pid ID --to HOST:PORT [--tcp-port N] [--transport auto|rdma|tcp]",
             "register as process ID and hand every connection made to it to a new TCP connection to HOST:PORT "
             "(a sidecar for a server that cannot change)",
             "fedgate-node --gateway 198.18.2.1 --bind 198.18.2.10 expose --pid 2.7.50 --to 127.0.0.1:50051\n"
             "fedgate-node --gateway 198.18.2.1 expose --pid 2.7.50 --to localhost:8080 --tcp-port 7000 --transport tcp",
-            expose_options, run_expose},
-    Command{"forward", "", "--listen HOST:PORT --to ID --pid ID [--transport auto|rdma|tcp]",
+            expose_options}, run_expose},
+    Command{{"forward", "", "--listen HOST:PORT --to ID --pid ID [--transport auto|rdma|tcp]",
             "accept local TCP connections on HOST:PORT and connect each to process ID through the gateways "
             "(a sidecar for a client that cannot change)",
             "fedgate-node --gateway 198.18.1.1 --bind 198.18.1.20 forward --listen 127.0.0.1:6000 --to 2.7.50 "
             "--pid 1.3.7\n"
             "fedgate-node --gateway 198.18.1.1 forward --listen 0.0.0.0:6000 --to 2.7.50 --pid 1.3.7 --transport tcp",
-            forward_options, run_forward},
-    Command{"completion bash", "", "",
+            forward_options}, run_forward},
+    Command{{"completion bash", "", "",
             "print a bash completion script for fedgate-node's commands and options (installed in "
             "share/bash-completion/completions)",
-            "source <(fedgate-node completion bash)", nullptr, run_completion},
-    Command{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgate-node help register",
-            help_options, run_help},
+            "source <(fedgate-node completion bash)", nullptr}, run_completion},
+    Command{{"help", "[COMMAND]", "", "show help for every command, or for one", "fedgate-node help register",
+            help_options}, run_help},
 };
 
 // ---- text ------------------------------------------------------------------------------------
