@@ -184,7 +184,11 @@ int64_t EtcdStore::keepalive(int64_t lease) {
         pb::LeaseKeepAliveResponse r;
         if (!stream->Write(q) || !stream->Read(&r)) {
             stream->WritesDone();
-            return finish(stream->Finish(), msg);
+            const int code = finish(stream->Finish(), msg);
+            if (code != grpc::OK) return code;
+            // Closed without an answer or an error: not "the lease is gone", which is an answer.
+            msg = "the keepalive stream closed without an answer";
+            return static_cast<int>(grpc::UNKNOWN);
         }
         ttl = r.ttl();
         ctx.TryCancel();  // done with the stream: its status (CANCELLED) says nothing
