@@ -210,7 +210,6 @@ void EtcdStore::revoke(int64_t lease) {
     }
 }
 
-
 pb::RangeResponse EtcdStore::range_rpc(const pb::RangeRequest& q) {
     pb::RangeResponse r;
     call("range", [&](Endpoint& ep, long t, std::string& msg) { return unary(&pb::KV::Stub::Range, *ep.kv, q, r, t, msg); });
@@ -258,7 +257,6 @@ PrefixSummary EtcdStore::summarize(const std::string& prefix) {
     if (!r.kvs().empty()) s.max_mod_revision = r.kvs(0).mod_revision();
     return s;
 }
-
 
 void EtcdStore::put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease) {
     if (kvs.empty()) return;

@@ -53,7 +53,7 @@ _etcd_names() {
 
 _etcd_ns_exists() { [[ -e /run/netns/$1 ]]; }
 
-_etcd_member() { # _etcd_member N: fails unless N is 1, 2 or 3 and the cluster was set up
+_etcd_member() { # _etcd_member N: fails unless the cluster was set up and has a member N (1..ETCD_N)
     [[ ${1:-} =~ ^[123]$ ]] || { _etcd_note "no member '${1:-}' (want 1, 2 or 3)"; return 2; }
     [[ -n $ETCD_PREFIX && -n $ETCD_WORK ]] || { _etcd_note "etcd_up has not run"; return 2; }
     (($1 <= ETCD_N)) || { _etcd_note "no member $1 in a cluster of $ETCD_N"; return 2; }
