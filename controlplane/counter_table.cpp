@@ -154,6 +154,8 @@ constexpr Row kRows[] = {
     worker("nat", "port_alloc_miss", "fedgate_nat_port_alloc_miss", "Session port allocations that found no free port",
            NAT(port_alloc_miss)),
     worker("nat", "translated", "fedgate_nat_translated_packets", "Packets the NAT rewrote", NAT(translated)),
+    worker("nat", "fast_path", "fedgate_nat_fast_path_packets",
+           "Of the packets the NAT rewrote, those of established sessions it took without a full parse", NAT(fast_path)),
     worker("nat", "icmp_errors_translated", "fedgate_nat_icmp_errors_translated", "ICMP errors about sessions rewritten",
            NAT(icmp_errors_translated)),
     worker("nat", "mss_clamped", "fedgate_nat_mss_clamped", "TCP SYNs whose MSS option was lowered", NAT(mss_clamped)),

@@ -259,7 +259,48 @@ void Dataplane::flush_session_events() {
 // ---------------------------------------------------------------------------------------------
 // Classification.
 
+[[gnu::always_inline]] inline bool Dataplane::fast_candidate(const rte_mbuf* m, uint16_t in, FastPacket& f) const {
+    if (standby_) return false;  // a standby takes nothing but ARP (handle() counts the rest)
+    const uint8_t* d = rte_pktmbuf_mtod(m, const uint8_t*);
+    if (!parse_fast(d, rte_pktmbuf_data_len(m), rx_ip_checksum(m), f)) return false;
+    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(d);
+    const Port& port = ports_[in];
+    // handle()'s and handle_ipv4()'s checks before the NAT, on the frames that pass them all:
+    // to this port's MAC (or broadcast) from a unicast one; a source address that may be answered.
+    if ((!rte_is_same_ether_addr(&eth->dst_addr, &port.cfg.mac) && !rte_is_broadcast_ether_addr(&eth->dst_addr)) ||
+        !rte_is_unicast_ether_addr(&eth->src_addr) || rte_is_zero_ether_addr(&eth->src_addr))
+        return false;
+    const uint32_t src_host = rte_be_to_cpu_32(f.src_ip);
+    if (src_host == 0 || src_host == UINT32_MAX || (src_host >> 28) == 0xe || owns_address(f.src_ip) ||
+        (port.cfg.prefix_len < 31 && ((f.src_ip ^ port.cfg.addr) & port.mask) == 0 && (f.src_ip | port.mask) == UINT32_MAX))
+        return false;
+    // The resolution service's and RoCE's datagrams are not the NAT's. A session's packet needs no
+    // hand-off: every session key names one of our addresses, and a worker holds only the sessions
+    // of packets owner_of() gave it (its session ports' replies, its flows), so a session found
+    // here (on the port its direction arrives on) is this worker's.
+    return f.ip_proto != kIpProtoUdp || (f.dst_port != resolve_port_be_ && f.dst_port != roce_port_be_);
+}
+
+[[gnu::always_inline]] inline void Dataplane::send_established(rte_mbuf* m, NatRewrite& rw) {
+    // send_ipv4() and tx() for the common case: the session's neighbour still vouched for (recall)
+    // and, for a fast_candidate(), never a standby.
+    const Neighbour* const n = neigh_.recall(rw.neigh, rw.out_port, rw.next_hop);
+    if (n == nullptr) [[unlikely]]
+        return send_ipv4(m, rw.out_port, rw.next_hop, &rw.neigh);
+    Port& port = ports_[rw.out_port];
+    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    std::memcpy(&eth->dst_addr, n->mac.data(), RTE_ETHER_ADDR_LEN);
+    eth->src_addr = port.cfg.mac;
+    if (port.tx_len == kTxQueueLen) [[unlikely]]
+        flush();
+    port.tx[port.tx_len++] = m;
+}
+
 void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
+    // Each packet is either on the established-flow path (fast[j]: parse_fast's shape, addressed to
+    // this port's MAC, nothing the checks before the NAT would stop) or parsed in full.
+    FastPacket f[kBurst];
+    bool fast[kBurst];
     ParsedPacket p[kBurst];
     DropReason parsed[kBurst];
     uint64_t hash[kBurst];
@@ -267,8 +308,14 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
     for (uint16_t j = 0; j < n; ++j) {
         if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
-        bytes += rte_pktmbuf_pkt_len(pkts[j]);
-        parsed[j] = parse(pkts[j], p[j]);
+        rte_mbuf* const m = pkts[j];
+        bytes += rte_pktmbuf_pkt_len(m);
+        fast[j] = fast_candidate(m, in, f[j]);
+        if (fast[j]) {
+            hash[j] = nat_.prefetch(Nat::key_of(f[j]));
+            continue;
+        }
+        parsed[j] = parse(m, p[j]);
         const bool flow = parsed[j] == DropReason::none && p[j].ether_type_host == kEtherTypeIpv4 && !p[j].fragment &&
                           (p[j].ip_proto == kIpProtoTcp || p[j].ip_proto == kIpProtoUdp);
         hash[j] = flow ? nat_.prefetch(p[j]) : Nat::kNoFlowHash;
@@ -276,21 +323,43 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     // Counted once per burst, by the worker that took them off the port.
     ports_[in].counters.rx_packets.add(n);
     ports_[in].counters.rx_bytes.add(bytes);
-    for (uint16_t j = 0; j < n; ++j)
-        if (hash[j] != Nat::kNoFlowHash) hash[j] = nat_.prefetch_session(p[j], static_cast<uint32_t>(hash[j]));
-    for (uint16_t j = 0; j < n; ++j) handle(pkts[j], in, p[j], parsed[j], hash[j]);
+    for (uint16_t j = 0; j < n; ++j) {
+        if (fast[j])
+            hash[j] = nat_.prefetch_session(Nat::key_of(f[j]), static_cast<uint32_t>(hash[j]));
+        else if (hash[j] != Nat::kNoFlowHash)
+            hash[j] = nat_.prefetch_session(p[j], static_cast<uint32_t>(hash[j]));
+    }
+    for (uint16_t j = 0; j < n; ++j) {
+        rte_mbuf* const m = pkts[j];
+        if (!fast[j]) {
+            handle(m, in, p[j], parsed[j], hash[j]);
+            continue;
+        }
+        NatRewrite* const rw =
+            nat_.forward_established(rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(rte_ether_hdr)), f[j], in, now_ms_, hash[j]);
+        if (rw != nullptr) {
+            send_established(m, *rw);
+            continue;
+        }
+        // Not a session's plain packet (a new flow, a FIN, another worker's, ...): the full path.
+        ParsedPacket full;
+        const DropReason r = parse(m, full);
+        handle(m, in, full, r, hash[j]);
+    }
+}
+
+RxChecksum Dataplane::rx_ip_checksum(const rte_mbuf* m) {
+    // A port that checks IPv4 header checksums says so in the mbuf: trust it, else sum in software.
+    switch (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) {
+    case RTE_MBUF_F_RX_IP_CKSUM_GOOD:
+    case RTE_MBUF_F_RX_IP_CKSUM_NONE: return RxChecksum::good;  // NONE: the header was checked
+    case RTE_MBUF_F_RX_IP_CKSUM_BAD: return RxChecksum::bad;
+    default: return RxChecksum::unknown;
+    }
 }
 
 DropReason Dataplane::parse(const rte_mbuf* m, ParsedPacket& p) {
-    // A port that checks IPv4 header checksums says so in the mbuf: trust it, else sum in software.
-    RxChecksum ip_cksum = RxChecksum::unknown;
-    switch (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) {
-    case RTE_MBUF_F_RX_IP_CKSUM_GOOD:
-    case RTE_MBUF_F_RX_IP_CKSUM_NONE: ip_cksum = RxChecksum::good; break;  // NONE: the header was checked
-    case RTE_MBUF_F_RX_IP_CKSUM_BAD: ip_cksum = RxChecksum::bad; break;
-    default: break;
-    }
-    return parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p, ip_cksum);
+    return parse_packet(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), p, rx_ip_checksum(m));
 }
 
 void Dataplane::handle(rte_mbuf* m, uint16_t in) {

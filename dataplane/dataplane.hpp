@@ -295,12 +295,20 @@ private:
     // parse_packet() on the frame, with the port's verdict on the IPv4 header checksum where the
     // mbuf carries one (RX checksum offload).
     static DropReason parse(const rte_mbuf* m, ParsedPacket& p);
+    static RxChecksum rx_ip_checksum(const rte_mbuf* m);  // the port's verdict on the IPv4 header sum
+    // parse_fast() on the frame, and the checks handle() and handle_ipv4() make before the NAT: true
+    // when the NAT's established-flow path may take it (Nat::forward_established), which then
+    // leaves nothing for the full path to decide.
+    bool fast_candidate(const rte_mbuf* m, uint16_t in, FastPacket& f) const;
+    // Sends a packet forward_established() rewrote by `rw` (send_ipv4 where its neighbour needs a lookup).
+    void send_established(rte_mbuf* m, NatRewrite& rw);
     void handle(rte_mbuf* m, uint16_t in);  // parses, then as below (a packet another worker counted)
     // `parsed`: parse_packet's verdict on it; `flow_hash`: Nat::prefetch_session's value, or
     // kNoFlowHash. RX counters are the caller's (a burst at a time).
     void handle(rte_mbuf* m, uint16_t in, const ParsedPacket& p, DropReason parsed, uint64_t flow_hash);
-    // One RX burst of port `in`: parse all, hash the TCP/UDP ones and prefetch their session slots,
-    // prefetch the sessions, then handle each.
+    // One RX burst of port `in`: parse all (parse_fast where it can), hash the TCP/UDP ones and
+    // prefetch their session slots, prefetch the sessions, then forward each of a session's plain
+    // packets on the established-flow path and handle the others in full.
     void handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in);
     void handle_arp(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     // Learns (or refreshes) the ARP sender as handle_arp does and sends what waited for it.

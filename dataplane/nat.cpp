@@ -16,7 +16,6 @@
 namespace fedgate {
 namespace {
 
-constexpr uint8_t kTcpFin = 0x01, kTcpSyn = 0x02, kTcpRst = 0x04, kTcpAck = 0x10;
 enum SessionKind : uint8_t { kImport = 0, kExport = 1 };
 // Ports looked at per allocation, in each of the two rounds (free ports, then shared ones): a run
 // of mapped ports this long is still crossed.
@@ -105,32 +104,6 @@ void Nat::prepare(const FlowKey& key, NatRewrite& rw) {
     l4.change(key.sport, rw.sport);
     l4.change(key.dport, rw.dport);
     rw.l4_delta = l4.folded();
-}
-
-void Nat::apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrite& rw) {
-    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
-    // TTL and protocol as one 16-bit word, read and written whole: a byte store followed by a word
-    // load of the same bytes stalls on store forwarding. The TTL is the word's first byte and above
-    // 1, so taking one from it never borrows from the protocol. (A constant, not a byte swap at run
-    // time: DPDK's 16-bit swap is an xchg of byte registers, slow on some cores.)
-    uint16_t ttl_proto_old;
-    std::memcpy(&ttl_proto_old, &ip->time_to_live, 2);
-    const uint16_t ttl_proto_new = static_cast<uint16_t>(ttl_proto_old - rte_cpu_to_be_16(0x0100));
-    std::memcpy(&ip->time_to_live, &ttl_proto_new, 2);
-    ip->src_addr = rw.src;
-    ip->dst_addr = rw.dst;
-    ip->hdr_checksum = checksum_adjust(checksum_add(ip->hdr_checksum, rw.l3_delta), ttl_proto_old, ttl_proto_new);
-
-    uint8_t* l4 = l3 + ihl;
-    std::memcpy(l4, &rw.sport, 2);
-    std::memcpy(l4 + 2, &rw.dport, 2);
-    uint16_t* csum = reinterpret_cast<uint16_t*>(l4 + (proto == kIpProtoTcp ? 16 : 6));
-    uint16_t c;
-    std::memcpy(&c, csum, 2);
-    if (proto == kIpProtoUdp && c == 0) return;  // UDP without a checksum stays without one
-    c = checksum_add(c, rw.l4_delta);
-    if (proto == kIpProtoUdp && c == 0) c = 0xffff;  // 0 means "none" in UDP
-    std::memcpy(csum, &c, 2);
 }
 
 void Nat::track(Session& s, uint8_t dir, const uint8_t* l4, uint8_t proto, uint64_t now_ms) {

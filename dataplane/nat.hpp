@@ -3,10 +3,15 @@
 // an import or export rule; everything else is left to the caller.
 #pragma once
 
+#include <rte_byteorder.h>
+#include <rte_ip.h>
+
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
+#include "dataplane/checksum.hpp"
 #include "dataplane/counters.hpp"
 #include "dataplane/drop_reason.hpp"
 #include "dataplane/packet.hpp"
@@ -92,6 +97,7 @@ struct alignas(64) NatCounters {
     Counter session_events_lost;  // opened/closed events the log or the ring to the control threads had no room for
     Counter port_alloc_miss;
     Counter translated;
+    Counter fast_path;  // of those, packets forward_established() took (no full parse)
     Counter icmp_errors_translated;
     Counter mss_clamped;
 };
@@ -128,10 +134,25 @@ public:
     static FlowKey key_of(const ParsedPacket& p) {
         return FlowKey{p.src_ip, p.dst_ip, p.src_port, p.dst_port, p.ip_proto, {0, 0, 0}};
     }
-    uint32_t prefetch(const ParsedPacket& p) const { return sessions_.hash(key_of(p)); }
-    uint64_t prefetch_session(const ParsedPacket& p, uint32_t h) const {
-        return static_cast<uint64_t>(sessions_.prefetch_session(key_of(p), h)) << 32 | h;
+    static FlowKey key_of(const FastPacket& f) {
+        return FlowKey{f.src_ip, f.dst_ip, f.src_port, f.dst_port, f.ip_proto, {0, 0, 0}};
     }
+    uint32_t prefetch(const FlowKey& k) const { return sessions_.hash(k); }
+    uint64_t prefetch_session(const FlowKey& k, uint32_t h) const {
+        return static_cast<uint64_t>(sessions_.prefetch_session(k, h)) << 32 | h;
+    }
+    uint32_t prefetch(const ParsedPacket& p) const { return prefetch(key_of(p)); }
+    uint64_t prefetch_session(const ParsedPacket& p, uint32_t h) const { return prefetch_session(key_of(p), h); }
+
+    // The established-flow path, for a frame parse_fast() took (IPv4 header at `l3`, 20 bytes): when
+    // the packet belongs to a session, arrived on the port its direction arrives on, leaves with a
+    // TTL above 0, and changes nothing of the session but its idle clock (TCP: no FIN or RST, the
+    // session neither closing nor waiting for its first reply when this is one, and no MSS option
+    // to clamp), the packet is rewritten and counted exactly as handle() would, and the session's
+    // rewrite for it returned, for the caller to send by (out_port, next_hop, neigh). Otherwise null,
+    // with nothing changed: handle() decides. `flow_hash`: prefetch_session()'s value for its key.
+    NatRewrite* forward_established(uint8_t* l3, const FastPacket& f, uint16_t in_port, uint64_t now_ms,
+                                    uint64_t flow_hash);
 
     // An ICMP error (destination unreachable, time exceeded, parameter problem) addressed to the
     // gateway whose quoted packet belongs to a session: rewritten for the host that sent the
@@ -169,6 +190,8 @@ public:
     static bool clamp_mss(uint8_t* tcp, uint16_t len, uint16_t mss);  // true if it changed it
 
 private:
+    static constexpr uint8_t kTcpFin = 0x01, kTcpSyn = 0x02, kTcpRst = 0x04, kTcpAck = 0x10;
+
     Session* open_import(const FlowKey& k, uint16_t in_port, const ImportRule& r, uint64_t now_ms, DropReason* why);
     Session* open_export(const FlowKey& k, uint16_t in_port, const ExportRule& r, uint64_t now_ms, DropReason* why);
     Session* open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port, uint32_t reply_hop, Pool pool,
@@ -194,5 +217,56 @@ private:
     uint32_t events_len_ = 0;
     SessionEvent events_[kEventLog];
 };
+
+// Inline: the established-flow path runs them once per packet, from the data plane's burst loop.
+
+inline void Nat::apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrite& rw) {
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
+    // TTL and protocol as one 16-bit word, read and written whole: a byte store followed by a word
+    // load of the same bytes stalls on store forwarding. The TTL is the word's first byte and above
+    // 1, so taking one from it never borrows from the protocol. (A constant, not a byte swap at run
+    // time: DPDK's 16-bit swap is an xchg of byte registers, slow on some cores.)
+    uint16_t ttl_proto_old;
+    std::memcpy(&ttl_proto_old, &ip->time_to_live, 2);
+    const uint16_t ttl_proto_new = static_cast<uint16_t>(ttl_proto_old - rte_cpu_to_be_16(0x0100));
+    std::memcpy(&ip->time_to_live, &ttl_proto_new, 2);
+    ip->src_addr = rw.src;
+    ip->dst_addr = rw.dst;
+    ip->hdr_checksum = checksum_adjust(checksum_add(ip->hdr_checksum, rw.l3_delta), ttl_proto_old, ttl_proto_new);
+
+    uint8_t* l4 = l3 + ihl;
+    std::memcpy(l4, &rw.sport, 2);
+    std::memcpy(l4 + 2, &rw.dport, 2);
+    uint16_t* csum = reinterpret_cast<uint16_t*>(l4 + (proto == kIpProtoTcp ? 16 : 6));
+    uint16_t c;
+    std::memcpy(&c, csum, 2);
+    if (proto == kIpProtoUdp && c == 0) return;  // UDP without a checksum stays without one
+    c = checksum_add(c, rw.l4_delta);
+    if (proto == kIpProtoUdp && c == 0) c = 0xffff;  // 0 means "none" in UDP
+    std::memcpy(csum, &c, 2);
+}
+
+inline NatRewrite* Nat::forward_established(uint8_t* l3, const FastPacket& f, uint16_t in_port, uint64_t now_ms,
+                                            uint64_t flow_hash) {
+    const SessionTable::Hit hit =
+        sessions_.find(key_of(f), static_cast<uint32_t>(flow_hash), static_cast<uint32_t>(flow_hash >> 32));
+    Session* const s = hit.session;
+    if (s == nullptr || s->rw[1 - hit.dir].out_port != in_port || l3[8] <= 1) return nullptr;
+    uint32_t timeout = cfg_.timeouts.udp_ms;
+    if (f.ip_proto == kIpProtoTcp) {
+        // What track() would change, and a SYN's MSS option clamp_mss() would read: handle()'s.
+        if ((f.tcp_flags & (kTcpFin | kTcpRst)) != 0 || s->tcp_rst || s->tcp_fin != 0 ||
+            (hit.dir == 1 && !s->replied) || ((f.tcp_flags & kTcpSyn) != 0 && f.tcp_hlen > 20 && cfg_.mss_clamp != 0))
+            return nullptr;
+        timeout = s->replied ? cfg_.timeouts.tcp_established_ms : cfg_.timeouts.tcp_transitory_ms;
+    }
+    s->last_seen_ms = now_ms;
+    s->timeout_ms = timeout;
+    NatRewrite& rw = s->rw[hit.dir];
+    apply(l3, 20, f.ip_proto, rw);
+    counters_.translated.add();
+    counters_.fast_path.add();
+    return &rw;
+}
 
 }  // namespace fedgate

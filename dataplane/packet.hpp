@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
+#include "dataplane/checksum.hpp"
 #include "dataplane/drop_reason.hpp"
 
 namespace fedgate {
@@ -52,5 +54,50 @@ enum class RxChecksum : uint8_t { unknown, good, bad };
 // are left to whoever consumes the payload.
 DropReason parse_packet(const uint8_t* data, uint32_t len, ParsedPacket& out,
                         RxChecksum ip_cksum = RxChecksum::unknown);
+
+// What the data plane's established-flow path reads of a frame (parse_fast). 16 bytes: the flow's
+// addresses and ports in network order, as in their headers.
+struct FastPacket {
+    uint32_t src_ip = 0, dst_ip = 0;
+    uint16_t src_port = 0, dst_port = 0;
+    uint8_t ip_proto = 0;
+    uint8_t tcp_flags = 0;  // TCP: the flags byte; UDP: 0
+    uint8_t tcp_hlen = 0;   // TCP: the header's length in bytes, options included; UDP: 0
+    uint8_t pad = 0;
+};
+static_assert(sizeof(FastPacket) == 16);
+
+// The one shape of frame most traffic has, checked in a few loads and compares: untagged IPv4 with a
+// 20-byte header, not a fragment, TCP or UDP with a whole header (UDP's length exactly the
+// payload's), the IPv4 header sum good (as `ip_cksum` says, or summed here). True exactly for frames
+// parse_packet() takes (DropReason::none) with that shape, with the same addresses, ports and
+// protocol (l3 at 14, l4 at 34); false for everything else, which the caller parses in full.
+inline bool parse_fast(const uint8_t* d, uint32_t len, RxChecksum ip_cksum, FastPacket& out) {
+    constexpr uint32_t kL3 = 14, kL4 = kL3 + 20;
+    if (len < kL4 + 8 || d[12] != 0x08 || d[13] != 0x00) return false;
+    const uint8_t* ip = d + kL3;
+    if (ip[0] != 0x45) return false;
+    const uint32_t total = static_cast<uint32_t>(ip[2]) << 8 | ip[3];
+    if (total > len - kL3 || (ip[6] & 0x3f) != 0 || ip[7] != 0) return false;  // cut short; MF or an offset
+    const uint8_t* l4 = ip + 20;
+    if (ip[9] == kIpProtoTcp) {
+        if (total < 40) return false;  // now the segment's 20 bytes are there to read
+        const uint32_t hlen = (l4[12] >> 4) * 4u;
+        if (hlen < 20 || hlen > total - 20) return false;
+        out.tcp_flags = l4[13];
+        out.tcp_hlen = static_cast<uint8_t>(hlen);
+    } else if (ip[9] == kIpProtoUdp) {
+        if (total < 28 || (static_cast<uint32_t>(l4[4]) << 8 | l4[5]) != total - 20) return false;
+        out.tcp_flags = 0;
+        out.tcp_hlen = 0;
+    } else {
+        return false;
+    }
+    if (ip_cksum == RxChecksum::bad || (ip_cksum == RxChecksum::unknown && !ipv4_header20_ok(ip))) return false;
+    out.ip_proto = ip[9];
+    std::memcpy(&out.src_ip, ip + 12, 8);
+    std::memcpy(&out.src_port, l4, 4);
+    return true;
+}
 
 }  // namespace fedgate

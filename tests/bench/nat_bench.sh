@@ -338,7 +338,7 @@ import json, sys
 r = json.load(open(sys.argv[1])); n = r["nat"]
 reasons = {k: v for k, v in r["drops_by_reason"].items() if v}
 print(f"   fedgated nat: sessions {n['sessions']} created {n['created']} refused_full {n['refused_full']} "
-      f"port_alloc_miss {n['port_alloc_miss']} translated {n['translated']}")
+      f"port_alloc_miss {n['port_alloc_miss']} translated {n['translated']} fast_path {n['fast_path']}")
 print(f"   fedgated drops by reason (whole run): {reasons or 'none'}")
 PY
     RESULTS+=("$N $fg_pps $tp_io $tp_swap $tr_pps $rx_pps $drop_pps $sessions $M $newsess")

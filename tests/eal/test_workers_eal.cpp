@@ -149,6 +149,12 @@ protected:
         return t;
     }
 
+    uint64_t fast_path() const {
+        uint64_t t = 0;
+        for (const auto& dp : dps_) t += dp->nat_counters().fast_path.get();
+        return t;
+    }
+
     std::vector<uint8_t> syn(uint16_t sport) {
         return PacketBuilder().eth(gw_in_, kNodeMac).ipv4(kNode, kInternalAddr, 64, 1).tcp(sport, kImportTcpPort, kSyn, 100).build();
     }
@@ -202,6 +208,7 @@ TEST_F(WorkersTest, RepliesOnEitherQueueReachTheSessionsWorkerAndLaterPacketsKee
     settle();
     EXPECT_EQ(dps_[0]->nat_counters().sessions_created.get() + dps_[1]->nat_counters().sessions_created.get(), static_cast<uint64_t>(kFlows))
         << "a later packet of a flow opened a second session";
+    const uint64_t fast_after_data = fast_path();
     std::vector<uint16_t> session_ports;
     for (const auto& q : sent(1))
         for (const auto& f : q) {
@@ -232,12 +239,67 @@ TEST_F(WorkersTest, RepliesOnEitherQueueReachTheSessionsWorkerAndLaterPacketsKee
     std::size_t worker1_ports = 0;
     for (const uint16_t p : session_ports) worker1_ports += p % kWorkers == 1;
     EXPECT_EQ(dps_[0]->counters().handoffs_sent.get() - handed_before, worker1_ports);
+    // Worker 1 took its own flows' data off queue 1 on the established-flow path; worker 0's came
+    // to it as hand-offs, on the full path. Every first reply took the full path (it marks the
+    // session established).
+    EXPECT_EQ(fast_after_data, worker1_ports);
+    EXPECT_EQ(dps_[0]->nat_counters().fast_path.get(), 0u);
+    EXPECT_EQ(fast_path(), fast_after_data);
     EXPECT_EQ(sum(0, &PortCounters::tx_packets), static_cast<uint64_t>(kFlows));
     EXPECT_EQ(sum(1, &PortCounters::rx_packets), static_cast<uint64_t>(kFlows));
     uint64_t drops = 0;
     for (const auto& dp : dps_)
         for (int p = 0; p < 2; ++p) drops += dp->port_counters(p).total_drops();
     EXPECT_EQ(drops, 0u);
+    // The peer's second packets, again all on queue 0: worker 0's own on the fast path, worker 1's
+    // handed off to it.
+    for (const auto& [node_port, session_port] : session_of_node_port)
+        receive(1, 0,
+                PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 4)
+                    .tcp(kPeerTcpPort, session_port, kAck, 6000 + node_port).build());
+    settle();
+    std::size_t second = 0;
+    for (const auto& q : sent(0)) second += q.size();
+    EXPECT_EQ(second, static_cast<std::size_t>(kFlows));
+    EXPECT_EQ(dps_[0]->nat_counters().fast_path.get(), kFlows - worker1_ports);
+    EXPECT_EQ(fast_path(), static_cast<uint64_t>(kFlows));
+}
+
+// An established flow's packets on the owner's queue take the established-flow path and leave
+// exactly as built from scratch: addresses, ports, TTL, both checksums, and the neighbours' MACs.
+TEST_F(WorkersTest, AnEstablishedFlowsPacketsLeaveTheFastPathExactlyAsBuiltFromScratch) {
+    constexpr uint16_t kNodePort = 41007;
+    receive(0, 0, syn(kNodePort));
+    settle();
+    uint16_t port = 0;
+    for (const auto& q : sent(1))
+        for (const auto& f : q) port = be16_at(f, 14 + 20);
+    ASSERT_NE(port, 0u);
+    const uint16_t w = port % kWorkers;
+    receive(1, w, PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 7).tcp(kPeerTcpPort, port, kSyn | kAck, 9000).build());
+    settle();
+    ASSERT_EQ(sent(0)[w].size(), 1u);
+    ASSERT_EQ(fast_path(), 0u) << "a SYN and the first reply take the full path";
+
+    receive(0, w, PacketBuilder().eth(gw_in_, kNodeMac).ipv4(kNode, kInternalAddr, 64, 8)
+                      .tcp(kNodePort, kImportTcpPort, kPsh | kAck, 101).payload(37, 3).build());
+    settle();
+    const auto out = sent(1);
+    ASSERT_EQ(out[w].size(), 1u);
+    EXPECT_EQ(out[w][0], PacketBuilder().eth(kPeerMac, gw_ext_).ipv4(kExternalAddr, kPeer, 63, 8)
+                             .tcp(port, kPeerTcpPort, kPsh | kAck, 101).payload(37, 3).build());
+    EXPECT_EQ(dps_[w]->nat_counters().fast_path.get(), 1u);
+
+    receive(1, w, PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 9)
+                      .tcp(kPeerTcpPort, port, kAck, 9001).payload(64, 5).build());
+    settle();
+    const auto back = sent(0);
+    ASSERT_EQ(back[w].size(), 1u);
+    EXPECT_EQ(back[w][0], PacketBuilder().eth(kNodeMac, gw_in_).ipv4(kInternalAddr, kNode, 63, 9)
+                              .tcp(kImportTcpPort, kNodePort, kAck, 9001).payload(64, 5).build());
+    EXPECT_EQ(dps_[w]->nat_counters().fast_path.get(), 2u);
+    EXPECT_EQ(fast_path(), 2u);
+    EXPECT_EQ(dps_[w]->nat_counters().translated.get(), 4u);
 }
 
 TEST_F(WorkersTest, OwnerOfASessionPortIsItsSliceAndOfAFlowTheSameWorkerEveryTime) {

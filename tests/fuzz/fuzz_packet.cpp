@@ -1,7 +1,9 @@
 // libFuzzer target: the packet parser must never read outside the frame, and what it reports for a
 // good packet must lie inside the frame. A UDP packet to port 4791 that roce_check accepts is then
 // translated as the lcore would: roce_rewrite stays inside the frame and leaves the ICRC exactly as
-// right or as wrong as it was (the incremental update never re-blesses a packet).
+// right or as wrong as it was (the incremental update never re-blesses a packet). parse_fast, the
+// established-flow path's parser, takes a frame exactly when parse_packet takes it with its shape
+// (untagged IPv4, 20-byte header, not a fragment, TCP or UDP) and reads the same flow from it.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -16,7 +18,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::unique_ptr<uint8_t[]> buf(new uint8_t[size]);
     std::memcpy(buf.get(), data, size);
     fedgate::ParsedPacket p;
-    if (fedgate::parse_packet(buf.get(), static_cast<uint32_t>(size), p) != fedgate::DropReason::none) return 0;
+    const bool parsed = fedgate::parse_packet(buf.get(), static_cast<uint32_t>(size), p) == fedgate::DropReason::none;
+    fedgate::FastPacket f;
+    const bool fast = fedgate::parse_fast(buf.get(), static_cast<uint32_t>(size), fedgate::RxChecksum::unknown, f);
+    const bool fast_shape = parsed && p.ether_type_host == fedgate::kEtherTypeIpv4 && p.vlan_count == 0 &&
+                            p.l4_offset == 34 && !p.fragment &&
+                            (p.ip_proto == fedgate::kIpProtoTcp || p.ip_proto == fedgate::kIpProtoUdp);
+    if (fast != fast_shape) std::abort();
+    if (fast && (f.src_ip != p.src_ip || f.dst_ip != p.dst_ip || f.src_port != p.src_port || f.dst_port != p.dst_port ||
+                 f.ip_proto != p.ip_proto ||
+                 (p.ip_proto == fedgate::kIpProtoTcp && f.tcp_hlen != p.payload_offset - p.l4_offset)))
+        std::abort();
+    if (!parsed) return 0;
     const auto in_frame = [&](uint32_t off, uint32_t len) { return off + len <= size; };
     if (!in_frame(p.l3_offset, 0)) std::abort();
     if (p.ether_type_host == 0x0800 || p.ether_type_host == 0x0806) {

@@ -741,6 +741,161 @@ TEST(NatPaths, OnlyAPlainSynOpensATcpSession) {
     EXPECT_EQ(rig.nat.session_count(), 1u);
 }
 
+// ---- The established-flow path (Nat::forward_established) -----------------------------------------
+
+// The data plane's way through a burst of one: parse_fast, hash and prefetch, forward_established;
+// handle() when either declines. `fast` says which path forwarded it.
+Nat::Verdict fast_or_full(NatRig& rig, std::vector<uint8_t>& frame, uint16_t in_port, uint64_t now, bool* fast) {
+    *fast = false;
+    FastPacket f;
+    if (parse_fast(frame.data(), static_cast<uint32_t>(frame.size()), RxChecksum::unknown, f)) {
+        const FlowKey k = Nat::key_of(f);
+        const uint64_t h = rig.nat.prefetch_session(k, rig.nat.prefetch(k));
+        if (NatRewrite* rw = rig.nat.forward_established(frame.data() + kL3, f, in_port, now, h)) {
+            *fast = true;
+            Nat::Verdict v;
+            v.kind = Kind::forward;
+            v.out_port = rw->out_port;
+            v.next_hop = rw->next_hop;
+            return v;
+        }
+    }
+    return rig.handle(frame, in_port, now);
+}
+
+struct SessionState {
+    FlowKey key;
+    uint64_t last_seen_ms;
+    uint32_t timeout_ms;
+    uint8_t tcp_fin;
+    bool tcp_rst, replied;
+    bool operator==(const SessionState& o) const {
+        return key == o.key && last_seen_ms == o.last_seen_ms && timeout_ms == o.timeout_ms && tcp_fin == o.tcp_fin &&
+               tcp_rst == o.tcp_rst && replied == o.replied;
+    }
+};
+std::vector<SessionState> session_states(const Nat& nat) {
+    std::vector<SessionState> out;
+    nat.sessions().visit(0, [&](const Session& s) {
+        out.push_back({s.key[0], s.last_seen_ms, s.timeout_ms, s.tcp_fin, s.tcp_rst, s.replied});
+        return true;
+    });
+    return out;
+}
+
+TEST(NatFastPath, FixturesGiveTheSameVerdictsBytesAndCountersOnEitherPath) {
+    NatRig full, fast;
+    int taken = 0;
+    for (const NatCase& c : nat_fixture_cases()) {
+        SCOPED_TRACE(c.description);
+        std::vector<uint8_t> a = c.input, b = c.input;
+        const Nat::Verdict va = full.handle(a, c.in_port, c.now_ms);
+        bool on_fast = false;
+        const Nat::Verdict vb = fast_or_full(fast, b, c.in_port, c.now_ms, &on_fast);
+        taken += on_fast;
+        EXPECT_EQ(kind_name(vb.kind), kind_name(va.kind));
+        EXPECT_EQ(drop_reason_name(vb.reason), drop_reason_name(va.reason));
+        EXPECT_EQ(vb.out_port, va.out_port);
+        EXPECT_EQ(vb.next_hop, va.next_hop);
+        EXPECT_TRUE(same_bytes(b, c.expected));
+        EXPECT_EQ(session_states(fast.nat), session_states(full.nat));
+    }
+    EXPECT_EQ(counts(fast.nat), counts(full.nat));
+    EXPECT_EQ(fast.nat.counters().mss_clamped.get(), full.nat.counters().mss_clamped.get());
+    EXPECT_EQ(fast.nat.counters().fast_path.get(), static_cast<uint64_t>(taken));
+    EXPECT_EQ(full.nat.counters().fast_path.get(), 0u);
+    // The node's and the peer's data on the TCP import, and UDP replies and repeats.
+    EXPECT_GE(taken, 4) << "the established path took too few of the fixtures' packets";
+}
+
+TEST(NatFastPath, WhatChangesASessionIsLeftToTheFullPath) {
+    NatRig rig;
+    bool on_fast = false;
+    auto syn = node_tcp(40000, kSyn);
+    ASSERT_EQ(fast_or_full(rig, syn, 0, 0, &on_fast).kind, Kind::forward);
+    EXPECT_FALSE(on_fast) << "a SYN that opens a session";
+    const uint16_t port = sport_of(syn);
+    const auto declined = [&](std::vector<uint8_t> f, uint16_t in, const char* what) {
+        FastPacket p;
+        ASSERT_TRUE(parse_fast(f.data(), static_cast<uint32_t>(f.size()), RxChecksum::unknown, p)) << what;
+        const FlowKey k = Nat::key_of(p);
+        const auto before = session_states(rig.nat);
+        const std::vector<uint8_t> bytes = f;
+        EXPECT_EQ(rig.nat.forward_established(f.data() + kL3, p, in, 5, rig.nat.prefetch_session(k, rig.nat.prefetch(k))),
+                  nullptr) << what;
+        EXPECT_TRUE(same_bytes(f, bytes)) << what;
+        EXPECT_EQ(session_states(rig.nat), before) << what;
+    };
+    declined(peer_tcp(port, kSyn | kAck), 1, "the first reply (it makes the session established)");
+    declined(node_tcp(40000, kAck), 1, "a packet on the wrong port");
+    declined(tcp_frame(kNode, 40000, kInternalAddr, kImportTcpPort, kAck, 1000, 0, 1), 0, "TTL 1");
+    declined(node_tcp(40001, kAck), 0, "no session");
+    declined(node_tcp(40000, kFin | kAck), 0, "FIN");
+    declined(node_tcp(40000, kRst), 0, "RST");
+    declined(tcp_frame_with_options(kNode, 40000, kInternalAddr, kImportTcpPort, kSyn, {2, 4, 0x23, 0x28}), 0,
+             "a SYN with an MSS option to clamp");
+    auto reply = peer_tcp(port, kSyn | kAck);
+    ASSERT_EQ(fast_or_full(rig, reply, 1, 10, &on_fast).kind, Kind::forward);
+    EXPECT_FALSE(on_fast);
+    auto data = peer_tcp(port, kAck);
+    ASSERT_EQ(fast_or_full(rig, data, 1, 20, &on_fast).kind, Kind::forward);
+    EXPECT_TRUE(on_fast) << "the peer's data once the session is established";
+    auto fin = node_tcp(40000, kFin | kAck);
+    ASSERT_EQ(fast_or_full(rig, fin, 0, 30, &on_fast).kind, Kind::forward);
+    EXPECT_FALSE(on_fast);
+    declined(peer_tcp(port, kAck), 1, "a closing session's packet (its timeout is the full path's to set)");
+}
+
+// Random packets of a few flows through two rigs, one only on handle(), one on the data plane's
+// way: every verdict, every byte and every session's state (clock, timeout, TCP state) the same.
+TEST(NatFastPath, RandomSegmentsLeaveTheSameBytesAndSessionsOnEitherPath) {
+    std::mt19937 rng(4242);
+    NatConfig cfg = nat_fixture_config();
+    cfg.timeouts.tcp_closing_ms = 50;  // closed sessions expire within the run, so 4-tuples are reused
+    cfg.timeouts.tcp_transitory_ms = 400;
+    cfg.timeouts.udp_ms = 300;
+    cfg.max_sessions = 64;  // small, so comparing every session after every packet stays cheap
+    NatRig full(cfg), fast(cfg);
+    const uint8_t flag_sets[] = {kSyn, kAck, kPsh | kAck, kAck, kAck, kSyn | kAck, kFin | kAck, kRst, kAck | kRst};
+    std::map<std::pair<bool, uint16_t>, uint16_t> session_port;  // (udp, node port) -> the NAT's port, from the output
+    int taken = 0;
+    uint64_t now = 0;
+    for (int i = 0; i < 20000; ++i) {
+        now += rng() % 5;
+        if (rng() % 50 == 0) {
+            full.nat.expire(now, 64);
+            fast.nat.expire(now, 64);
+        }
+        const bool udp = rng() % 4 == 0;
+        const uint16_t node_port = static_cast<uint16_t>(41000 + rng() % 12);
+        const std::pair<bool, uint16_t> flow{udp, node_port};
+        const bool from_peer = rng() % 2 == 0 && session_port.count(flow) != 0;
+        const uint8_t flags = flag_sets[rng() % std::size(flag_sets)];
+        const uint8_t ttl = rng() % 40 == 0 ? 1 : 64;
+        const uint16_t in_port = rng() % 30 == 0 ? static_cast<uint16_t>(from_peer ? 0 : 1) : static_cast<uint16_t>(from_peer ? 1 : 0);
+        std::vector<uint8_t> frame;
+        if (udp)
+            frame = from_peer ? udp_frame(kPeer, kPeerUdpPort, kExternalAddr, session_port[flow], 1 + rng() % 40, ttl)
+                              : udp_frame(kNode, node_port, kInternalAddr, kImportUdpPort, 1 + rng() % 40, ttl);
+        else
+            frame = from_peer ? tcp_frame(kPeer, kPeerTcpPort, kExternalAddr, session_port[flow], flags, rng(), rng() % 30, ttl)
+                              : tcp_frame(kNode, node_port, kInternalAddr, kImportTcpPort, flags, rng(), rng() % 30, ttl);
+        std::vector<uint8_t> a = frame, b = frame;
+        const Nat::Verdict va = full.handle(a, in_port, now);
+        bool on_fast = false;
+        const Nat::Verdict vb = fast_or_full(fast, b, in_port, now, &on_fast);
+        taken += on_fast;
+        ASSERT_EQ(kind_name(vb.kind), kind_name(va.kind)) << "packet " << i;
+        ASSERT_EQ(drop_reason_name(vb.reason), drop_reason_name(va.reason)) << "packet " << i;
+        ASSERT_TRUE(same_bytes(b, a)) << "packet " << i;
+        ASSERT_EQ(session_states(fast.nat), session_states(full.nat)) << "packet " << i;
+        if (va.kind == Kind::forward && !from_peer) session_port[flow] = sport_of(a);
+    }
+    EXPECT_EQ(counts(fast.nat), counts(full.nat));
+    EXPECT_GT(taken, 2000) << "the established path took too few packets to compare";
+    EXPECT_GT(full.nat.counters().sessions_expired.get(), 10u) << "sessions never closed and were reused";
+}
+
 // ---- Checksums over random flows -----------------------------------------------------------------
 
 TEST(NatChecksum, RandomFlowsThroughImportExportAndRepliesComeOutExactlyAsBuiltFromScratch) {

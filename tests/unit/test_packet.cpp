@@ -1,6 +1,10 @@
 // Packet parser: every layer it reads, and every way a packet can be cut short or malformed.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <string>
+#include <vector>
+
 #include "dataplane/packet.hpp"
 #include "tests/support/packet_builder.hpp"
 
@@ -214,6 +218,113 @@ TEST(PacketParse, ArpThatIsNotEthernetIpv4OrHasAnOddOpIsDropped) {
     EXPECT_EQ(parse(bad_plen), DropReason::arp_malformed);
     auto rarp = PacketBuilder().eth(test::kBroadcast, kB).arp(3, kB, "198.18.1.10", {}, "198.18.1.1").build();
     EXPECT_EQ(parse(rarp), DropReason::arp_unsupported_op);
+}
+
+// ---- parse_fast: the established-flow path's parser ---------------------------------------------
+
+// parse_fast() on an exact-size copy (ASan sees any read past the end).
+bool parse_fast_exact(const std::vector<uint8_t>& b, FastPacket& f, RxChecksum c = RxChecksum::unknown) {
+    std::unique_ptr<uint8_t[]> exact(new uint8_t[b.size() ? b.size() : 1]);
+    if (!b.empty()) std::memcpy(exact.get(), b.data(), b.size());
+    return parse_fast(exact.get(), static_cast<uint32_t>(b.size()), c, f);
+}
+
+// What parse_fast must agree with: parse_packet's verdict on the frame, narrowed to its one shape.
+bool full_parse_takes(const std::vector<uint8_t>& b, RxChecksum c, ParsedPacket& p) {
+    return parse_packet(b.data(), static_cast<uint32_t>(b.size()), p, c) == DropReason::none &&
+           p.ether_type_host == kEtherTypeIpv4 && p.vlan_count == 0 && p.l3_offset == 14 && p.l4_offset == 34 &&
+           !p.fragment && (p.ip_proto == kIpProtoTcp || p.ip_proto == kIpProtoUdp);
+}
+
+testing::AssertionResult agree(const std::vector<uint8_t>& b, RxChecksum c) {
+    FastPacket f;
+    ParsedPacket p;
+    const bool fast = parse_fast_exact(b, f, c), full = full_parse_takes(b, c, p);
+    if (fast != full) return testing::AssertionFailure() << "parse_fast " << fast << ", parse_packet's shape " << full;
+    if (fast && (f.src_ip != p.src_ip || f.dst_ip != p.dst_ip || f.src_port != p.src_port || f.dst_port != p.dst_port ||
+                 f.ip_proto != p.ip_proto))
+        return testing::AssertionFailure() << "parse_fast read other addresses, ports or protocol";
+    if (fast && p.ip_proto == kIpProtoTcp &&
+        (f.tcp_flags != b[34 + 13] || f.tcp_hlen != p.payload_offset - p.l4_offset))
+        return testing::AssertionFailure() << "parse_fast read other TCP flags or header length";
+    return testing::AssertionSuccess();
+}
+
+TEST(PacketParseFast, TakesPlainTcpAndUdpWithTheirFlagsAndHeaderLength) {
+    const auto tcp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").tcp(1234, 80, 0x12).payload(5).build();
+    FastPacket f;
+    ASSERT_TRUE(parse_fast_exact(tcp, f));
+    EXPECT_EQ(ntohl(f.src_ip), test::ip("198.18.1.10"));
+    EXPECT_EQ(ntohl(f.dst_ip), test::ip("198.18.1.1"));
+    EXPECT_EQ(ntohs(f.src_port), 1234);
+    EXPECT_EQ(ntohs(f.dst_port), 80);
+    EXPECT_EQ(f.ip_proto, kIpProtoTcp);
+    EXPECT_EQ(f.tcp_flags, 0x12);
+    EXPECT_EQ(f.tcp_hlen, 20);
+    auto padded = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(4000, 53).build();
+    padded.resize(60, 0);  // Ethernet padding
+    ASSERT_TRUE(parse_fast_exact(padded, f));
+    EXPECT_EQ(f.ip_proto, kIpProtoUdp);
+    EXPECT_EQ(f.tcp_flags, 0);
+    EXPECT_EQ(f.tcp_hlen, 0);
+    EXPECT_TRUE(agree(tcp, RxChecksum::unknown));
+    EXPECT_TRUE(agree(padded, RxChecksum::unknown));
+}
+
+TEST(PacketParseFast, LeavesEveryOtherShapeToTheFullParser) {
+    const auto udp = PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(4000, 53).payload(4).build();
+    const std::vector<std::pair<std::string, std::vector<uint8_t>>> others = {
+        {"VLAN tag", PacketBuilder().eth(kA, kB).vlan(7).ipv4("198.18.1.10", "198.18.1.1").udp(4000, 53).build()},
+        {"ARP", PacketBuilder().eth(test::kBroadcast, kB).arp(1, kB, "198.18.1.10", {}, "198.18.1.1").build()},
+        {"ICMP", PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").icmp(8, 0, 1, 1).payload(8).build()},
+        {"first fragment", PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").fragment(true, 0).udp(1, 2).payload(16).build()},
+        {"later fragment", PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").fragment(false, 3).udp(1, 2).build()},
+        {"cut short", std::vector<uint8_t>(udp.begin(), udp.end() - 1)},
+        {"empty", {}},
+    };
+    FastPacket f;
+    for (const auto& [what, b] : others) {
+        EXPECT_FALSE(parse_fast_exact(b, f)) << what;
+        EXPECT_TRUE(agree(b, RxChecksum::unknown)) << what;
+    }
+    auto bad_sum = udp;
+    bad_sum[14 + 10] ^= 1;
+    EXPECT_FALSE(parse_fast_exact(bad_sum, f));
+    EXPECT_TRUE(parse_fast_exact(bad_sum, f, RxChecksum::good)) << "the port's verdict stands";
+    EXPECT_FALSE(parse_fast_exact(udp, f, RxChecksum::bad));
+    auto udp_len = udp;
+    udp_len[34 + 5] ^= 1;
+    EXPECT_FALSE(parse_fast_exact(udp_len, f));
+}
+
+// Both ways, on frames the fuzzer would make: random bytes flipped in valid frames (the headers'
+// fields, the sums, the lengths), random lengths, every RX checksum verdict. parse_fast takes a
+// frame exactly when parse_packet takes it with the fast shape, and reads the same fields.
+TEST(PacketParseFast, AgreesWithTheFullParserOnEveryMutatedFrame) {
+    std::mt19937 rng(20261203);
+    const std::vector<std::vector<uint8_t>> seeds = {
+        PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").tcp(1234, 80, 0x10).build(),
+        PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").tcp(1234, 80, 0x18).payload(30).build(),
+        PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(4000, 53).payload(12).build(),
+        PacketBuilder().eth(kA, kB).ipv4("198.18.1.10", "198.18.1.1").udp(4000, 53).build(),
+    };
+    const RxChecksum verdicts[] = {RxChecksum::unknown, RxChecksum::good, RxChecksum::bad};
+    int taken = 0;
+    for (int i = 0; i < 200000; ++i) {
+        std::vector<uint8_t> b = seeds[rng() % seeds.size()];
+        const int flips = static_cast<int>(rng() % 3);
+        for (int k = 0; k < flips; ++k) {
+            // Mostly the 54 header bytes; a flip anywhere in a byte's bits.
+            const std::size_t at = rng() % std::min<std::size_t>(b.size(), rng() % 4 == 0 ? b.size() : 54);
+            b[at] = static_cast<uint8_t>(rng() % 2 ? b[at] ^ (1u << (rng() % 8)) : rng());
+        }
+        if (rng() % 8 == 0) b.resize(rng() % (b.size() + 8), 0);
+        const RxChecksum c = verdicts[rng() % 3];
+        ASSERT_TRUE(agree(b, c)) << "mutation " << i;
+        FastPacket f;
+        taken += parse_fast_exact(b, f, c);
+    }
+    EXPECT_GT(taken, 10000) << "too few mutated frames kept the fast shape to test the agreement";
 }
 
 TEST(PacketParse, EveryDropReasonHasANameAndHelp) {
