@@ -23,6 +23,7 @@
 #include <stdexcept>
 
 #include <cstring>
+#include <new>
 
 namespace fedgate {
 namespace {
@@ -301,7 +302,9 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     // this port's MAC, nothing the checks before the NAT would stop) or parsed in full.
     FastPacket f[kBurst];
     bool fast[kBurst];
-    ParsedPacket p[kBurst];
+    // Left unwritten (not value-initialised, ~1.5 KB a burst) until parse() fills one in.
+    alignas(ParsedPacket) unsigned char parsed_space[kBurst * sizeof(ParsedPacket)];
+    ParsedPacket* const p = reinterpret_cast<ParsedPacket*>(parsed_space);
     DropReason parsed[kBurst];
     uint64_t hash[kBurst];
     uint64_t bytes = 0;
@@ -315,6 +318,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             hash[j] = nat_.prefetch(Nat::key_of(f[j]));
             continue;
         }
+        new (&p[j]) ParsedPacket;
         parsed[j] = parse(m, p[j]);
         const bool flow = parsed[j] == DropReason::none && p[j].ether_type_host == kEtherTypeIpv4 && !p[j].fragment &&
                           (p[j].ip_proto == kIpProtoTcp || p[j].ip_proto == kIpProtoUdp);
@@ -329,6 +333,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         else if (hash[j] != Nat::kNoFlowHash)
             hash[j] = nat_.prefetch_session(p[j], static_cast<uint32_t>(hash[j]));
     }
+    uint32_t established = 0;
     for (uint16_t j = 0; j < n; ++j) {
         rte_mbuf* const m = pkts[j];
         if (!fast[j]) {
@@ -338,6 +343,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         NatRewrite* const rw =
             nat_.forward_established(rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(rte_ether_hdr)), f[j], in, now_ms_, hash[j]);
         if (rw != nullptr) {
+            ++established;
             send_established(m, *rw);
             continue;
         }
@@ -346,6 +352,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         const DropReason r = parse(m, full);
         handle(m, in, full, r, hash[j]);
     }
+    nat_.count_established(established);
 }
 
 RxChecksum Dataplane::rx_ip_checksum(const rte_mbuf* m) {

@@ -151,8 +151,13 @@ public:
     // to clamp), the packet is rewritten and counted exactly as handle() would, and the session's
     // rewrite for it returned, for the caller to send by (out_port, next_hop, neigh). Otherwise null,
     // with nothing changed: handle() decides. `flow_hash`: prefetch_session()'s value for its key.
+    // The caller counts what it forwarded this way, a burst at a time: count_established(n).
     NatRewrite* forward_established(uint8_t* l3, const FastPacket& f, uint16_t in_port, uint64_t now_ms,
                                     uint64_t flow_hash);
+    void count_established(uint32_t n) {
+        counters_.translated.add(n);
+        counters_.fast_path.add(n);
+    }
 
     // An ICMP error (destination unreachable, time exceeded, parameter problem) addressed to the
     // gateway whose quoted packet belongs to a session: rewritten for the host that sent the
@@ -264,8 +269,6 @@ inline NatRewrite* Nat::forward_established(uint8_t* l3, const FastPacket& f, ui
     s->timeout_ms = timeout;
     NatRewrite& rw = s->rw[hit.dir];
     apply(l3, 20, f.ip_proto, rw);
-    counters_.translated.add();
-    counters_.fast_path.add();
     return &rw;
 }
 

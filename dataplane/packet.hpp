@@ -56,14 +56,15 @@ DropReason parse_packet(const uint8_t* data, uint32_t len, ParsedPacket& out,
                         RxChecksum ip_cksum = RxChecksum::unknown);
 
 // What the data plane's established-flow path reads of a frame (parse_fast). 16 bytes: the flow's
-// addresses and ports in network order, as in their headers.
+// addresses and ports in network order, as in their headers. No initialisers: a burst's array of
+// them is left unwritten until parse_fast fills each in.
 struct FastPacket {
-    uint32_t src_ip = 0, dst_ip = 0;
-    uint16_t src_port = 0, dst_port = 0;
-    uint8_t ip_proto = 0;
-    uint8_t tcp_flags = 0;  // TCP: the flags byte; UDP: 0
-    uint8_t tcp_hlen = 0;   // TCP: the header's length in bytes, options included; UDP: 0
-    uint8_t pad = 0;
+    uint32_t src_ip, dst_ip;
+    uint16_t src_port, dst_port;
+    uint8_t ip_proto;
+    uint8_t tcp_flags;  // TCP: the flags byte; UDP: 0
+    uint8_t tcp_hlen;   // TCP: the header's length in bytes, options included; UDP: 0
+    uint8_t pad;
 };
 static_assert(sizeof(FastPacket) == 16);
 

@@ -52,13 +52,6 @@ SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed) : seed_(seed) {
     mask_ = static_cast<uint32_t>(slots - 1);
 }
 
-uint32_t SessionTable::slot_of(const FlowKey& k, uint32_t h) const {
-    uint32_t i = h & mask_;
-    for (; slots_[i].ref != kEmpty; i = (i + 1) & mask_)
-        if (slots_[i].hash == h && slots_[i].key == k) break;
-    return i;
-}
-
 SessionTable::Hit SessionTable::find(const FlowKey& k) { return find(k, hash_of(k)); }
 
 SessionTable::Hit SessionTable::find(const FlowKey& k, uint32_t h) {

@@ -126,10 +126,12 @@ public:
     // indexes; then find(k, h) reads both from cache. The prefetches never change the outcome.
     uint32_t hash(const FlowKey& k) const {
         const uint32_t h = hash_of(k);
-        // A 24-byte slot may straddle two cache lines: fetch both (the second is usually the same).
+        // A 24-byte slot straddles two cache lines at 2 of the 8 offsets it can start at: fetch
+        // the second line only then (each prefetch holds a miss buffer while it is out; a burst's
+        // worth of them at once is what a large table waits on).
         const char* slot = reinterpret_cast<const char*>(&slots_[h & mask_]);
         __builtin_prefetch(slot);
-        __builtin_prefetch(slot + sizeof(Slot) - 1);
+        if ((reinterpret_cast<uintptr_t>(slot) & 63) > 64 - sizeof(Slot)) __builtin_prefetch(slot + sizeof(Slot) - 1);
         return h;
     }
     // Returns the slot it found (the key's, or the empty one ending its chain) for find(k, h, slot).
@@ -204,6 +206,14 @@ private:
     uint32_t used_ = 0;
     uint32_t cursor_ = 0;         // where the next sweep starts
 };
+
+// Inline: the burst loop's prefetch pass runs it for every packet.
+inline uint32_t SessionTable::slot_of(const FlowKey& k, uint32_t h) const {
+    uint32_t i = h & mask_;
+    for (; slots_[i].ref != kEmpty; i = (i + 1) & mask_)
+        if (slots_[i].hash == h && slots_[i].key == k) break;
+    return i;
+}
 
 template <typename OnExpire>
 uint32_t SessionTable::sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_expire) {

@@ -752,6 +752,7 @@ Nat::Verdict fast_or_full(NatRig& rig, std::vector<uint8_t>& frame, uint16_t in_
         const FlowKey k = Nat::key_of(f);
         const uint64_t h = rig.nat.prefetch_session(k, rig.nat.prefetch(k));
         if (NatRewrite* rw = rig.nat.forward_established(frame.data() + kL3, f, in_port, now, h)) {
+            rig.nat.count_established(1);
             *fast = true;
             Nat::Verdict v;
             v.kind = Kind::forward;
