@@ -43,6 +43,32 @@ constexpr uint16_t checksum_add(uint16_t checksum, uint16_t delta) {
     return static_cast<uint16_t>(~sum);
 }
 
+// A 16-bit field's value as it sits in memory (network order) read as a host integer: what an
+// in-memory-order sum such as rte_raw_cksum adds for it. A constant-foldable swap, not DPDK's.
+constexpr uint16_t stored16(uint16_t host_value) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return static_cast<uint16_t>(host_value << 8 | host_value >> 8);
+#else
+    return host_value;
+#endif
+}
+
+// Folds an in-memory-order one's-complement sum (any width) to 16 bits.
+constexpr uint16_t fold_sum(uint64_t sum) {
+    sum = (sum & 0xffffffff) + (sum >> 32);
+    sum = (sum & 0xffffffff) + (sum >> 32);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(sum);
+}
+
+// The IPv4 pseudo-header's in-memory-order sum for a TCP or UDP segment of `l4_len` bytes:
+// addresses as stored (network order), computed from the values, so nothing is read back from
+// a header just written (a narrow store read back by a wider load stalls on store forwarding).
+constexpr uint32_t pseudo_header_sum(uint32_t src, uint32_t dst, uint8_t proto, uint16_t l4_len) {
+    return (src & 0xffff) + (src >> 16) + (dst & 0xffff) + (dst >> 16) + stored16(proto) + stored16(l4_len);
+}
+
 // True when a 20-byte IPv4 header (no options) sums to all ones, checksum included: five 32-bit
 // words added into 64 bits and folded, in whatever order they are stored (the test is symmetric).
 inline bool ipv4_header20_ok(const uint8_t* ip) {

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <random>
 
+#include <rte_ip.h>
+
 #include "dataplane/checksum.hpp"
+#include "dataplane/dataplane.hpp"
 #include "tests/support/packet_builder.hpp"
 
 namespace fedgate {
@@ -42,6 +45,35 @@ TEST(Checksum, TheTwentyByteHeaderCheckAgreesWithTheBuildersSum) {
         ASSERT_EQ(ipv4_header20_ok(h), expect) << "round " << round;
     }
     EXPECT_GE(good, 10000);
+}
+
+// The gateway's own datagrams (resolution replies, peer messages) get both sums from the values it
+// writes: each must be what a full sum of the finished packet says, with the payload summed whole
+// or its tail's sum given, for random addresses, ports and payloads of every length.
+TEST(Checksum, UdpDatagramsTheGatewayWritesCarryBothSumsRight) {
+    std::mt19937 rng(1071);
+    for (int round = 0; round < 5000; ++round) {
+        const uint16_t len = static_cast<uint16_t>(rng() % 200);
+        std::vector<uint8_t> pkt(20 + 8 + len + 1);  // one spare byte: an odd length's sum must not read it
+        for (std::size_t i = 28; i < pkt.size(); ++i) pkt[i] = static_cast<uint8_t>(rng());
+        pkt.back() = 0xa5;
+        const uint32_t src = static_cast<uint32_t>(rng()), dst = static_cast<uint32_t>(rng());
+        const uint16_t sport = static_cast<uint16_t>(rng()), dport = static_cast<uint16_t>(rng());
+        auto* ip = reinterpret_cast<rte_ipv4_hdr*>(pkt.data());
+        // Sometimes the payload's tail sum is handed over, as reply_hit does for a cached record.
+        const bool tail = len >= 2 && rng() % 2 == 0;
+        const uint16_t from = tail ? static_cast<uint16_t>(2 * (rng() % (len / 2))) : UINT16_MAX;
+        const uint32_t tail_sum = tail ? rte_raw_cksum(pkt.data() + 28 + from, len - from) : 0;
+        Dataplane::write_udp_ipv4(ip, src, dst, sport, dport, len, tail_sum, from);
+        pkt.pop_back();
+        ASSERT_EQ(test::inet_checksum(pkt.data(), 20), 0) << "IPv4 header, round " << round;
+        ASSERT_EQ(pkt[0], 0x45);
+        ASSERT_EQ(test::get16(pkt, 2), 28 + len);
+        ASSERT_EQ(test::get16(pkt, 24), 8 + len);
+        ASSERT_EQ(test::inet_checksum(pkt.data() + 20, 8u + len, test::PacketBuilder::pseudo_sum(pkt, 0, 8u + len)), 0)
+            << "UDP, round " << round << ", length " << len << (tail ? ", tail sum given" : "");
+        ASSERT_NE(test::get16(pkt, 26), 0) << "a computed UDP checksum of 0 is sent as 0xffff";
+    }
 }
 
 TEST(Checksum, EchoRequestToReplyTypeChange) {
