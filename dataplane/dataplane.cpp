@@ -275,11 +275,12 @@ void Dataplane::flush_session_events() {
     if (src_host == 0 || src_host == UINT32_MAX || (src_host >> 28) == 0xe || owns_address(f.src_ip) ||
         (port.cfg.prefix_len < 31 && ((f.src_ip ^ port.cfg.addr) & port.mask) == 0 && (f.src_ip | port.mask) == UINT32_MAX))
         return false;
-    // The resolution service's and RoCE's datagrams are not the NAT's. A session's packet needs no
+    // The resolution service's and RoCE's datagrams are not the NAT's (and owner_of() steers
+    // anything to the RoCE port by its flow, not as a session port). A session's packet needs no
     // hand-off: every session key names one of our addresses, and a worker holds only the sessions
     // of packets owner_of() gave it (its session ports' replies, its flows), so a session found
     // here (on the port its direction arrives on) is this worker's.
-    return f.ip_proto != kIpProtoUdp || (f.dst_port != resolve_port_be_ && f.dst_port != roce_port_be_);
+    return f.dst_port != roce_port_be_ && (f.ip_proto != kIpProtoUdp || f.dst_port != resolve_port_be_);
 }
 
 [[gnu::always_inline]] inline void Dataplane::send_established(rte_mbuf* m, NatRewrite& rw) {
