@@ -16,7 +16,8 @@ inline constexpr const char* kDefaultStateDir = "/var/lib/fedgate";
 inline constexpr uint32_t kDefaultMbufs = 8191;
 inline constexpr uint32_t kDefaultIdleSleepMaxUs = 200;
 inline constexpr uint32_t kMaxWorkersCfg = 16;  // the data plane's kMaxWorkers
-inline constexpr uint32_t kDefaultIdlePollsBeforeSleep = 256;
+inline constexpr uint32_t kDefaultIdlePollsBeforeSleep = 4;
+inline constexpr uint32_t kDefaultIdleYieldUs = 300;
 inline constexpr uint32_t kDefaultNeighbourCapacity = 4096;
 inline constexpr uint32_t kDefaultNeighbourReachableS = 30;
 inline constexpr uint32_t kDefaultNeighbourStaleS = 300;
@@ -116,6 +117,7 @@ struct DataplaneSettings {
     uint32_t workers = 1;  // data-plane workers, each on its own EAL worker lcore
     uint32_t idle_sleep_max_us = kDefaultIdleSleepMaxUs;
     uint32_t idle_polls_before_sleep = kDefaultIdlePollsBeforeSleep;
+    uint32_t idle_yield_us = kDefaultIdleYieldUs;
     uint32_t mbufs = kDefaultMbufs;
     uint32_t neighbour_capacity = kDefaultNeighbourCapacity;
     uint32_t neighbour_reachable_s = kDefaultNeighbourReachableS;

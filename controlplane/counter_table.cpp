@@ -134,6 +134,7 @@ constexpr Row kRows[] = {
     worker("loop", "polls", "fedgate_loop_polls", "Polls of the data-plane loop", LCORE(polls)),
     worker("loop", "busy_polls", "fedgate_loop_busy_polls", "Polls that found packets or work", LCORE(busy_polls)),
     worker("loop", "idle_sleeps", "fedgate_loop_idle_sleeps", "Naps of an idle data-plane lcore (idle = backoff)", LCORE(idle_sleeps)),
+    worker("loop", "idle_yields", "fedgate_loop_idle_yields", "Empty polls after a yield of the CPU, in the idle_yield_us after a packet", LCORE(idle_yields)),
     worker("loop", "arp_copies_failed", "fedgate_loop_arp_copies_failed",
            "ARP packets not copied to another worker for want of an mbuf (that worker learns the sender later)",
            LCORE(arp_copies_failed)),

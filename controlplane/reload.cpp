@@ -77,6 +77,7 @@ ConfigDiff diff_config(const Config& a, const Config& b) {
     r.field("dataplane", "idle", da.idle_spin, db.idle_spin);
     r.field("dataplane", "idle_sleep_max_us", da.idle_sleep_max_us, db.idle_sleep_max_us);
     r.field("dataplane", "idle_polls_before_sleep", da.idle_polls_before_sleep, db.idle_polls_before_sleep);
+    r.field("dataplane", "idle_yield_us", da.idle_yield_us, db.idle_yield_us);
     r.field("dataplane", "mbufs", da.mbufs, db.mbufs);
     r.field("dataplane", "neighbour_capacity", da.neighbour_capacity, db.neighbour_capacity);
     r.field("dataplane", "neighbour_reachable_s", da.neighbour_reachable_s, db.neighbour_reachable_s);

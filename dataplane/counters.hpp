@@ -36,7 +36,7 @@ struct alignas(64) PortCounters {
 
 // Per-lcore event counters that belong to no single port.
 struct alignas(64) LcoreCounters {
-    Counter polls, busy_polls, idle_sleeps;
+    Counter polls, busy_polls, idle_sleeps, idle_yields;
     Counter arp_requests_sent, arp_requests_received, arp_replies_sent, arp_replies_received;
     Counter echo_requests_received, echo_replies_sent;
     Counter neigh_learned, neigh_expired, neigh_failed;

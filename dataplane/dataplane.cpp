@@ -161,7 +161,7 @@ void Dataplane::run(const std::atomic<bool>& quit) {
     // Without a doorbell, other workers' hand-offs and control requests come on rings that wake
     // nothing: then no waits past max_sleep_us.
     if (bell == nullptr) idle_cfg.deep_after_waits = UINT32_MAX;
-    IdleBackoff idle(idle_cfg, waiter.wakeable());
+    IdleBackoff idle(idle_cfg, waiter.wakeable(), (rte_get_tsc_hz() + 999'999) / 1'000'000);
     rte_rcu_qsbr* rcu = shared_.rcu;
     const unsigned me = shared_.rcu_thread;
     if (rcu != nullptr) {
@@ -172,7 +172,11 @@ void Dataplane::run(const std::atomic<bool>& quit) {
         const uint32_t handled = poll_once();
         // Nothing from the maps is held across polls: this is a quiescent state.
         if (rcu != nullptr) rte_rcu_qsbr_quiescent(rcu, me);
-        if (const uint32_t us = idle.after_poll(handled); us != 0) {
+        const uint32_t us = idle.after_poll(handled, rte_rdtsc());
+        if (idle.yielding()) {
+            counters_.idle_yields.add();
+            sched_yield();
+        } else if (us != 0) {
             counters_.idle_sleeps.add();
             // Offline while asleep, so a control thread waiting for a grace period does not wait on us.
             if (rcu != nullptr) rte_rcu_qsbr_thread_offline(rcu, me);

@@ -1,8 +1,9 @@
-// Adaptive polling: after a run of empty polls the lcore waits, so idle gateways leave the CPU to
-// others, and the first packet ends the wait. Where every RX queue it polls has a descriptor that
-// turns readable on traffic (an rx interrupt's event fd, or the af_packet / af_xdp socket), the
-// lcore blocks on those up to the longest nap and wakes on the packet; otherwise it naps, short and
-// precise while traffic is recent, doubling up to the cap once it is not. `spin` never waits.
+// Adaptive polling: after a run of empty polls the lcore yields the CPU between polls for a short
+// while after its last packet, then waits, so idle gateways leave the CPU to others, and the first
+// packet ends the wait. Where every RX queue it polls has a descriptor that turns readable on
+// traffic (an rx interrupt's event fd, or the af_packet / af_xdp socket), the lcore blocks on those
+// up to the longest nap and wakes on the packet; otherwise it naps, short and precise while traffic
+// is recent, doubling up to the cap once it is not. `spin` never waits.
 #pragma once
 
 #include <rte_config.h>
@@ -17,7 +18,7 @@ namespace fedgate {
 
 struct IdleConfig {
     bool spin = false;
-    uint32_t empty_polls_before_sleep = 256;
+    uint32_t empty_polls_before_sleep = 4;
     uint32_t min_sleep_us = 1;
     uint32_t max_sleep_us = 200;
     // Naps of min_sleep_us before they start doubling: a ping-pong's next packet comes within a
@@ -29,24 +30,39 @@ struct IdleConfig {
     // (LcoreWake); without one it waits that long, and only after 50 ms without a packet.
     uint32_t deep_after_waits = 250;
     uint32_t deep_sleep_max_us = 5000;
+    // For this long after the last packet, empty polls past empty_polls_before_sleep go on, each
+    // after a sched_yield (the caller's), instead of waiting: the reply to what the lcore just sent
+    // usually comes within it and then costs no wake-up, while a thread that wants the CPU gets it
+    // at the next yield. 0: wait as soon as the empty polls are done ([dataplane] idle_yield_us sets
+    // it, 300 by default).
+    uint32_t yield_us = 0;
 };
 
 class IdleBackoff {
 public:
     // `wakeable`: the wait ends on traffic, so it may as well be the longest at once.
-    explicit IdleBackoff(IdleConfig c, bool wakeable = false) : cfg_(c), wakeable_(wakeable) {}
+    // `ticks_per_us`: the rate of the clock after_poll is given (the TSC's, on an lcore).
+    explicit IdleBackoff(IdleConfig c, bool wakeable = false, uint64_t ticks_per_us = 1)
+        : cfg_(c), wakeable_(wakeable), yield_ticks_(uint64_t{c.yield_us} * ticks_per_us) {}
 
-    // Called after every poll with the number of packets it handled. Returns how long to wait
-    // now, in microseconds (0: poll again at once).
-    uint32_t after_poll(uint32_t handled) {
+    // Called after every poll with the number of packets it handled and the time now. Returns how
+    // long to wait now, in microseconds (0: poll again at once, after a sched_yield if yielding()).
+    uint32_t after_poll(uint32_t handled, uint64_t now = 0) {
+        yield_ = false;
         if (handled != 0 || cfg_.spin) {
             empty_ = 0;
             naps_ = 0;
             sleep_us_ = 0;
+            last_busy_ = now;
             return 0;
         }
         if (empty_ < cfg_.empty_polls_before_sleep) ++empty_;
         if (empty_ < cfg_.empty_polls_before_sleep) return 0;
+        // Unsigned: a clock that went backwards reads as a long time ago.
+        if (now - last_busy_ < yield_ticks_) {
+            yield_ = true;
+            return 0;
+        }
         if (wakeable_) {
             if (naps_ < cfg_.deep_after_waits) {
                 ++naps_;
@@ -63,9 +79,15 @@ public:
         return sleep_us_;
     }
 
+    // The last after_poll asked for a sched_yield before the next poll.
+    bool yielding() const { return yield_; }
+
 private:
     IdleConfig cfg_;
     bool wakeable_;
+    bool yield_ = false;
+    uint64_t yield_ticks_;
+    uint64_t last_busy_ = 0;
     uint32_t empty_ = 0;
     uint32_t naps_ = 0;
     uint32_t sleep_us_ = 0;

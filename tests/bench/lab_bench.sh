@@ -18,17 +18,19 @@
 # Reported: a table of the figures and the ratios fedgate / kernel.
 #
 # usage: lab_bench.sh BUILD_DIR [SECONDS] [--ports "af_packet af_xdp"] [--idle backoff|spin]
+#                      [--yield-us N]   ([dataplane] idle_yield_us; 0: wait as soon as idle)
 #                                                           (root; about 2 minutes at 10 s)
 #        lab_bench.sh BUILD_DIR --smoke    (CI: a second or two each; checks it runs and reports)
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: lab_bench.sh BUILD_DIR [SECONDS] [--ports KINDS] | --smoke}")
 shift
-SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff
+SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff YIELD_US=
 while (($#)); do
     case $1 in
         --smoke) SMOKE=1; shift ;;
         --ports) KINDS=${2:?--ports needs a list}; shift 2 ;;
         --idle) IDLE=${2:?--idle needs backoff or spin}; shift 2 ;;
+        --yield-us) YIELD_US=${2:?--yield-us needs a number of microseconds}; shift 2 ;;
         *) SECS=$1; shift ;;
     esac
 done
@@ -38,6 +40,7 @@ if ((SMOKE)); then
     SECS=1 IDLE_S=1
 fi
 [[ $IDLE == backoff || $IDLE == spin ]] || { echo "lab_bench: --idle is backoff or spin" >&2; exit 2; }
+[[ -z $YIELD_US || $YIELD_US =~ ^[0-9]+$ ]] || { echo "lab_bench: --yield-us must be a number of microseconds, not '$YIELD_US'" >&2; exit 2; }
 [[ $SECS =~ ^[0-9]+$ ]] && ((SECS >= 1)) || { echo "lab_bench: SECONDS must be an integer >= 1" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "lab_bench: run as root (network namespaces)" >&2; exit 1; }
 for tool in iperf3 sockperf nft python3; do
@@ -118,7 +121,9 @@ kernel_pair_down() { "$ROOT/tools/topo.sh" --prefix "$KPREFIX" down >/dev/null 2
 
 # ---- fedgate with one port kind ---------------------------------------------------------------
 # The gateways' [dataplane] idle (topo.sh writes "backoff"), before they start.
-lab_edit_configs() { sed -i "s/^idle = \"backoff\"/idle = \"$IDLE\"/" "$A_CONF" "$B_CONF"; }
+lab_edit_configs() {
+    sed -i "s/^idle = \"backoff\"/idle = \"$IDLE\"${YIELD_US:+\\nidle_yield_us = $YIELD_US}/" "$A_CONF" "$B_CONF"
+}
 fedgate_up() { # fedgate_up KIND
     LAB_PORTS=$1
     lab_up
@@ -196,7 +201,7 @@ print(f"{(c1 - c0) / (t1 - t0) * 1000:.1f}")
 PY
 }
 
-echo "== lab_bench: $SECS s each, idle = $IDLE, $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
+echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}, $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
 kernel_pair_up
 measure kernel
 K_TPUT=$TPUT K_RTT=$RTT K_CPS=$CPS

@@ -1226,6 +1226,57 @@ TEST(LcoreDoorbell, AControlRequestWakesASleepingWorker) {
     close_port(h);
 }
 
+// After a packet the worker polls on, yielding before each poll, for idle_yield_us (here 5 s, far
+// longer than the test needs for its checks) instead of waiting; then it waits. The veth's own
+// frames (IPv6 neighbour discovery) are packets too, so the test first waits for the wait.
+TEST(LcoreIdle, AfterAPacketTheWorkerYieldsInsteadOfWaiting) {
+    VethPair veth("fgyl");
+    ASSERT_TRUE(veth.ok());
+    const PortHandle h = bring_up_port(PortSetup{"y", "net_af_packet_y0,iface=" + veth.a()}, g_pool);
+    DataplaneConfig cfg;
+    cfg.idle.spin = false;
+    cfg.idle.empty_polls_before_sleep = 4;
+    cfg.idle.max_sleep_us = 10'000'000;
+    cfg.idle.deep_sleep_max_us = 10'000'000;
+    cfg.idle.yield_us = 5'000'000;
+    std::vector<DpPortConfig> pc(1);
+    pc[0] = {h.port_id, PortRole::internal, h.mac, be("198.18.7.1"), 24, 0, {}};
+    LcoreWake bell;
+    bell.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ASSERT_GE(bell.fd, 0);
+    auto dp = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{nullptr, nullptr, nullptr, nullptr, nullptr, &bell});
+    std::atomic<bool> quit{false}, ended{false};
+    std::thread lcore([&] {
+        dp->run(quit);
+        ended = true;
+    });
+    const auto wait_for = [](auto&& cond, std::chrono::seconds limit) {
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        while (!cond() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return cond();
+    };
+    const LcoreCounters& c = dp->counters();
+    ASSERT_TRUE(wait_for([&] { return bell.sleeping.load(); }, std::chrono::seconds(60)));
+    const uint64_t sleeps = c.idle_sleeps.get(), yields = c.idle_yields.get();
+
+    send_frame_on(veth.b());
+    EXPECT_TRUE(wait_for([&] { return c.busy_polls.get() >= 1; }, std::chrono::seconds(20))) << "the frame was not polled";
+    EXPECT_TRUE(wait_for([&] { return c.idle_yields.get() >= yields + 1000; }, std::chrono::seconds(4)));
+    // Still polling: no wait began after the one the frame ended.
+    EXPECT_FALSE(bell.sleeping.load());
+    EXPECT_EQ(c.idle_sleeps.get(), sleeps);
+    // The window over, it waits again.
+    EXPECT_TRUE(wait_for([&] { return bell.sleeping.load(); }, std::chrono::seconds(60)));
+    EXPECT_GT(c.idle_sleeps.get(), sleeps);
+
+    quit = true;
+    EXPECT_TRUE(wait_for([&] { bell.ring(); return ended.load(); }, std::chrono::seconds(30)));
+    lcore.join();
+    dp.reset();
+    ::close(bell.fd);
+    close_port(h);
+}
+
 TEST(PortWakeSource, RingPortsHaveNoneSoTheLcoreNaps) {
     const PortHandle h = bring_up_port(PortSetup{"r", "net_ring_w0"}, g_pool);
     EXPECT_EQ(rx_wake_source(h.port_id, 0).fd, -1);

@@ -37,6 +37,7 @@ const std::string kDataplane = R"([dataplane]
 idle = "spin"
 idle_sleep_max_us = 150
 idle_polls_before_sleep = 64
+idle_yield_us = 40
 mbufs = 4095
 neighbour_capacity = 128
 neighbour_reachable_s = 20
@@ -142,6 +143,7 @@ TEST(Config, GoodFileParsesEveryValue) {
     EXPECT_TRUE(c.dataplane.idle_spin);
     EXPECT_EQ(c.dataplane.idle_sleep_max_us, 150u);
     EXPECT_EQ(c.dataplane.idle_polls_before_sleep, 64u);
+    EXPECT_EQ(c.dataplane.idle_yield_us, 40u);
     EXPECT_EQ(c.dataplane.mbufs, 4095u);
     EXPECT_EQ(c.dataplane.neighbour_capacity, 128u);
     EXPECT_EQ(c.dataplane.neighbour_reachable_s, 20u);
@@ -211,7 +213,8 @@ address = "198.18.100.1/24"
     EXPECT_TRUE(c.eal_args.empty());
     EXPECT_FALSE(c.dataplane.idle_spin);
     EXPECT_EQ(c.dataplane.idle_sleep_max_us, 200u);
-    EXPECT_EQ(c.dataplane.idle_polls_before_sleep, 256u);
+    EXPECT_EQ(c.dataplane.idle_polls_before_sleep, 4u);
+    EXPECT_EQ(c.dataplane.idle_yield_us, 300u);
     EXPECT_EQ(c.dataplane.mbufs, 8191u);
     EXPECT_EQ(c.dataplane.neighbour_capacity, 4096u);
     EXPECT_EQ(c.dataplane.neighbour_reachable_s, 30u);
@@ -222,6 +225,12 @@ address = "198.18.100.1/24"
     EXPECT_FALSE(c.ports[0].next_hop.has_value());
     EXPECT_FALSE(c.ports[1].next_hop.has_value());
     EXPECT_TRUE(c.peers.empty());
+}
+
+TEST(Config, IdleYieldZeroTurnsTheYieldsOffAndTooLongIsRefused) {
+    EXPECT_EQ(parse_config(replaced(kGood, "idle_yield_us = 40", "idle_yield_us = 0"), "test.toml").dataplane.idle_yield_us, 0u);
+    const std::string text = replaced(kGood, "idle_yield_us = 40", "idle_yield_us = 200000");
+    EXPECT_TRUE(rejects(text, "dataplane.idle_yield_us", "200000 is out of range 0..100000", line_of(text, "idle_yield_us")));
 }
 
 TEST(Config, IdleBackoffMeansNoSpin) {
@@ -379,7 +388,7 @@ TEST(ConfigErrors, ReachableTimeAboveTheDefaultStaleTime) {
 TEST(ConfigErrors, UnknownKeyInDataplane) {
     const std::string text = replaced(kGood, "mbufs = 4095\n", "mbufs = 4095\nmbuf_cache = 32\n");
     EXPECT_TRUE(rejects(text, "dataplane.mbuf_cache",
-                        "unknown key (known here: workers, idle, idle_sleep_max_us, idle_polls_before_sleep, mbufs, neighbour_capacity, "
+                        "unknown key (known here: workers, idle, idle_sleep_max_us, idle_polls_before_sleep, idle_yield_us, mbufs, neighbour_capacity, "
                         "neighbour_reachable_s, neighbour_stale_s, arp_probe_interval_ms, arp_probes)",
                         line_of(text, "mbuf_cache")));
 }

@@ -57,6 +57,7 @@ TEST(Docs, ReadmeExampleConfigLoadsAndShowsTheRealDefaults) {
     const DataplaneSettings d;
     EXPECT_EQ(c.dataplane.idle_spin, d.idle_spin);
     EXPECT_EQ(c.dataplane.idle_polls_before_sleep, d.idle_polls_before_sleep);
+    EXPECT_EQ(c.dataplane.idle_yield_us, d.idle_yield_us);
     EXPECT_EQ(c.dataplane.idle_sleep_max_us, d.idle_sleep_max_us);
     EXPECT_EQ(c.dataplane.mbufs, d.mbufs);
     EXPECT_EQ(c.dataplane.neighbour_capacity, d.neighbour_capacity);

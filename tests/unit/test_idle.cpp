@@ -61,12 +61,12 @@ TEST(IdleBackoff, SpinNeverSleeps) {
     EXPECT_EQ(b.after_poll(5), 0u);
 }
 
-TEST(IdleBackoff, DefaultsSleepAfter256EmptyPollsThen1024ShortNapsThenDoubleUpTo200Us) {
-    IdleBackoff b(IdleConfig{});
-    const std::vector<uint32_t> sleeps = empty_polls(b, 255 + 1024 + 10);
-    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin(), sleeps.begin() + 255), std::vector<uint32_t>(255, 0));
-    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin() + 255, sleeps.begin() + 255 + 1024), std::vector<uint32_t>(1024, 1));
-    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin() + 255 + 1024, sleeps.end()),
+TEST(IdleBackoff, DefaultsSleepAfter4EmptyPollsThen1024ShortNapsThenDoubleUpTo200Us) {
+    IdleBackoff b(IdleConfig{});  // no packet yet: no yields
+    const std::vector<uint32_t> sleeps = empty_polls(b, 3 + 1024 + 10);
+    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin(), sleeps.begin() + 3), std::vector<uint32_t>(3, 0));
+    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin() + 3, sleeps.begin() + 3 + 1024), std::vector<uint32_t>(1024, 1));
+    EXPECT_EQ(std::vector<uint32_t>(sleeps.begin() + 3 + 1024, sleeps.end()),
               (std::vector<uint32_t>{2, 4, 8, 16, 32, 64, 128, 200, 200, 200}));
 }
 
@@ -114,6 +114,71 @@ TEST(IdleBackoff, NapsWithoutAWakeUpNeverGoPastTheMax) {
 TEST(IdleBackoff, WakeableSpinStillNeverWaits) {
     IdleBackoff b(IdleConfig{.spin = true}, /*wakeable=*/true);
     EXPECT_EQ(empty_polls(b, 500), std::vector<uint32_t>(500, 0));
+}
+
+// ---- the yields after a packet (time in the caller's ticks; 3 ticks a microsecond here) ----
+
+// after_poll at `now`, as 0 (poll at once), 'y' (poll after a yield), or the wait in microseconds.
+long step(IdleBackoff& b, uint32_t handled, uint64_t now) {
+    const uint32_t us = b.after_poll(handled, now);
+    if (b.yielding()) {
+        EXPECT_EQ(us, 0u);
+        return 'y';
+    }
+    return us;
+}
+
+constexpr IdleConfig kYield{.spin = false, .empty_polls_before_sleep = 2, .min_sleep_us = 1, .max_sleep_us = 200,
+                            .warm_naps = 0, .yield_us = 10};
+
+TEST(IdleBackoff, EmptyPollsYieldForYieldUsAfterThePacketThenWait) {
+    IdleBackoff b(kYield, /*wakeable=*/true, /*ticks_per_us=*/3);
+    EXPECT_EQ(step(b, 4, 1000), 0);    // a packet at 1000: the window ends at 1030
+    EXPECT_EQ(step(b, 0, 1001), 0);    // the empty polls before any yield
+    EXPECT_EQ(step(b, 0, 1002), 'y');
+    EXPECT_EQ(step(b, 0, 1029), 'y');  // still inside it
+    EXPECT_EQ(step(b, 0, 1030), 200);  // over: the wakeable wait
+    EXPECT_EQ(step(b, 0, 5000), 200);
+}
+
+TEST(IdleBackoff, APacketAmongTheYieldsStartsTheWindowAgain) {
+    IdleBackoff b(kYield, /*wakeable=*/false, /*ticks_per_us=*/3);
+    EXPECT_EQ(step(b, 1, 100), 0);
+    EXPECT_EQ(step(b, 0, 101), 0);
+    EXPECT_EQ(step(b, 0, 125), 'y');
+    EXPECT_EQ(step(b, 2, 126), 0);  // the window now ends at 156
+    EXPECT_EQ(step(b, 0, 127), 0);
+    EXPECT_EQ(step(b, 0, 150), 'y');
+    EXPECT_EQ(step(b, 0, 156), 1);  // naps, as without yields
+    EXPECT_EQ(step(b, 0, 157), 2);
+}
+
+TEST(IdleBackoff, NoYieldsWhenYieldUsIsZeroOrWhenSpinning) {
+    IdleConfig off = kYield;
+    off.yield_us = 0;
+    IdleBackoff none(off, true, 3);
+    EXPECT_EQ(step(none, 1, 10), 0);
+    EXPECT_EQ(step(none, 0, 11), 0);
+    EXPECT_EQ(step(none, 0, 12), 200);
+    IdleConfig spin = kYield;
+    spin.spin = true;
+    IdleBackoff spinning(spin, true, 3);
+    EXPECT_EQ(step(spinning, 1, 10), 0);
+    for (uint64_t t = 11; t < 100; ++t) ASSERT_EQ(step(spinning, 0, t), 0);
+}
+
+TEST(IdleBackoff, AClockThatGoesBackwardsEndsTheYieldsInsteadOfYieldingForever) {
+    IdleBackoff b(kYield, true, 3);
+    EXPECT_EQ(step(b, 1, 1000), 0);
+    EXPECT_EQ(step(b, 0, 1001), 0);
+    EXPECT_EQ(step(b, 0, 500), 200);
+}
+
+TEST(IdleBackoff, TheFirstEmptyPollsOfALifeDoNotYield) {
+    // No packet yet: nothing to wait for a reply to.
+    IdleBackoff b(kYield, true, 3);
+    EXPECT_EQ(step(b, 0, 1'000'000), 0);
+    EXPECT_EQ(step(b, 0, 1'000'001), 200);
 }
 
 TEST(IdleBackoff, TheEmptyPollCountDoesNotWrapOnALongIdleStretch) {
