@@ -1173,108 +1173,108 @@ TEST(PortWakeSource, TapRxInterruptWakesOnAFrame) {
     close_port(h);
 }
 
+template <class Cond>
+bool wait_for(Cond&& cond, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!cond() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return cond();
+}
+
+// One worker on an af_packet port over a veth of its own, with a doorbell, running on a thread;
+// once idle it waits up to 10 s at a time. `requests`: its control ring, if any.
+class VethWorker {
+public:
+    VethWorker(const std::string& veth_name, const std::string& vdev, IdleConfig idle, rte_ring* requests = nullptr)
+        : veth_(veth_name) {
+        if (!veth_.ok()) return;
+        port_ = bring_up_port(PortSetup{vdev, "net_af_packet_" + vdev + ",iface=" + veth_.a()}, g_pool);
+        DataplaneConfig cfg;
+        cfg.idle = idle;
+        cfg.idle.spin = false;
+        cfg.idle.max_sleep_us = 10'000'000;
+        cfg.idle.deep_sleep_max_us = 10'000'000;
+        std::vector<DpPortConfig> pc(1);
+        pc[0] = {port_.port_id, PortRole::internal, port_.mac, be("198.18.7.1"), 24, 0, {}};
+        bell.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (bell.fd < 0) return;
+        dp = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{nullptr, nullptr, requests, nullptr, nullptr, &bell});
+        lcore_ = std::thread([this] {
+            dp->run(quit_);
+            ended_ = true;
+        });
+    }
+    ~VethWorker() {
+        if (lcore_.joinable()) {
+            quit_ = true;
+            // Rung until the loop ends: a ring before its next wait starts finds nobody asleep.
+            EXPECT_TRUE(wait_for([&] { bell.ring(); return ended_.load(); }, std::chrono::seconds(30)));
+            lcore_.join();
+        }
+        dp.reset();
+        if (bell.fd >= 0) ::close(bell.fd);
+        if (veth_.ok()) close_port(port_);
+    }
+    VethWorker(const VethWorker&) = delete;
+    VethWorker& operator=(const VethWorker&) = delete;
+
+    bool ok() const { return dp != nullptr; }
+    // The kernel's end of the veth, to send frames from.
+    std::string kernel_side() const { return veth_.b(); }
+    bool asleep() const { return bell.sleeping.load(); }
+
+    LcoreWake bell;
+    std::unique_ptr<Dataplane> dp;
+
+private:
+    VethPair veth_;
+    PortHandle port_{};
+    std::atomic<bool> quit_{false}, ended_{false};
+    std::thread lcore_;
+};
+
 // A worker asleep on its queue's wake source (here with naps of 10 s) is woken by its doorbell when
 // a control request arrives: the answer comes long before the nap would end.
 TEST(LcoreDoorbell, AControlRequestWakesASleepingWorker) {
-    VethPair veth("fgdb");
-    ASSERT_TRUE(veth.ok());
-    const PortHandle h = bring_up_port(PortSetup{"d", "net_af_packet_d0,iface=" + veth.a()}, g_pool);
-    DataplaneConfig cfg;
-    cfg.idle.spin = false;
-    cfg.idle.empty_polls_before_sleep = 4;
-    cfg.idle.max_sleep_us = 10'000'000;
-    cfg.idle.deep_sleep_max_us = 10'000'000;
-    std::vector<DpPortConfig> pc(1);
-    pc[0] = {h.port_id, PortRole::internal, h.mac, be("198.18.7.1"), 24, 0, {}};
     rte_ring* requests = rte_ring_create("dbreq", 8, 0, RING_F_SC_DEQ);
     ASSERT_NE(requests, nullptr);
-    LcoreWake bell;
-    bell.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    ASSERT_GE(bell.fd, 0);
-    auto dp = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{nullptr, nullptr, requests, nullptr, nullptr, &bell});
-    std::atomic<bool> quit{false}, ended{false};
-    std::thread lcore([&] {
-        dp->run(quit);
-        ended = true;
-    });
+    {
+        VethWorker w("fgdb", "d0", IdleConfig{.empty_polls_before_sleep = 4}, requests);
+        ASSERT_TRUE(w.ok());
+        // Asleep: its flag is up (and stays up past the empty polls).
+        EXPECT_TRUE(wait_for([&] { return w.asleep(); }, std::chrono::seconds(20)));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        ASSERT_TRUE(w.asleep()) << "the worker should be in its 10 s wait";
 
-    const auto wait_for = [](auto&& cond, std::chrono::seconds limit) {
-        const auto deadline = std::chrono::steady_clock::now() + limit;
-        while (!cond() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        return cond();
-    };
-    // Asleep: its flag is up (and stays up past the empty polls).
-    EXPECT_TRUE(wait_for([&] { return bell.sleeping.load(); }, std::chrono::seconds(20)));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_TRUE(bell.sleeping.load()) << "the worker should be in its 10 s wait";
-
-    auto req = std::make_unique<DpRequest>();
-    req->kind = DpRequest::Kind::session_dump;
-    ASSERT_EQ(rte_ring_mp_enqueue(requests, req.get()), 0);
-    bell.ring();
-    EXPECT_TRUE(wait_for([&] { return req->done.load(std::memory_order_acquire); }, std::chrono::seconds(5)))
-        << "the doorbell did not end the wait";
-    EXPECT_GE(dp->counters().doorbell_wakeups.get(), 1u);
-
-    quit = true;
-    // Rung until the loop ends: a ring before its next wait starts finds nobody asleep.
-    EXPECT_TRUE(wait_for([&] { bell.ring(); return ended.load(); }, std::chrono::seconds(30)));
-    lcore.join();
-    dp.reset();
-    ::close(bell.fd);
+        auto req = std::make_unique<DpRequest>();
+        req->kind = DpRequest::Kind::session_dump;
+        ASSERT_EQ(rte_ring_mp_enqueue(requests, req.get()), 0);
+        w.bell.ring();
+        EXPECT_TRUE(wait_for([&] { return req->done.load(std::memory_order_acquire); }, std::chrono::seconds(5)))
+            << "the doorbell did not end the wait";
+        EXPECT_GE(w.dp->counters().doorbell_wakeups.get(), 1u);
+    }
     rte_ring_free(requests);
-    close_port(h);
 }
 
 // After a packet the worker polls on, yielding before each poll, for idle_yield_us (here 5 s, far
 // longer than the test needs for its checks) instead of waiting; then it waits. The veth's own
 // frames (IPv6 neighbour discovery) are packets too, so the test first waits for the wait.
 TEST(LcoreIdle, AfterAPacketTheWorkerYieldsInsteadOfWaiting) {
-    VethPair veth("fgyl");
-    ASSERT_TRUE(veth.ok());
-    const PortHandle h = bring_up_port(PortSetup{"y", "net_af_packet_y0,iface=" + veth.a()}, g_pool);
-    DataplaneConfig cfg;
-    cfg.idle.spin = false;
-    cfg.idle.empty_polls_before_sleep = 4;
-    cfg.idle.max_sleep_us = 10'000'000;
-    cfg.idle.deep_sleep_max_us = 10'000'000;
-    cfg.idle.yield_us = 5'000'000;
-    std::vector<DpPortConfig> pc(1);
-    pc[0] = {h.port_id, PortRole::internal, h.mac, be("198.18.7.1"), 24, 0, {}};
-    LcoreWake bell;
-    bell.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    ASSERT_GE(bell.fd, 0);
-    auto dp = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{nullptr, nullptr, nullptr, nullptr, nullptr, &bell});
-    std::atomic<bool> quit{false}, ended{false};
-    std::thread lcore([&] {
-        dp->run(quit);
-        ended = true;
-    });
-    const auto wait_for = [](auto&& cond, std::chrono::seconds limit) {
-        const auto deadline = std::chrono::steady_clock::now() + limit;
-        while (!cond() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        return cond();
-    };
-    const LcoreCounters& c = dp->counters();
-    ASSERT_TRUE(wait_for([&] { return bell.sleeping.load(); }, std::chrono::seconds(60)));
-    const uint64_t sleeps = c.idle_sleeps.get(), yields = c.idle_yields.get();
+    VethWorker w("fgyl", "y0", IdleConfig{.empty_polls_before_sleep = 4, .yield_us = 5'000'000});
+    ASSERT_TRUE(w.ok());
+    const LcoreCounters& c = w.dp->counters();
+    ASSERT_TRUE(wait_for([&] { return w.asleep(); }, std::chrono::seconds(60)));
+    const uint64_t sleeps = c.idle_sleeps.get(), yields = c.idle_yields.get(), busy = c.busy_polls.get();
 
-    send_frame_on(veth.b());
-    EXPECT_TRUE(wait_for([&] { return c.busy_polls.get() >= 1; }, std::chrono::seconds(20))) << "the frame was not polled";
+    send_frame_on(w.kernel_side());
+    EXPECT_TRUE(wait_for([&] { return c.busy_polls.get() > busy; }, std::chrono::seconds(20))) << "the frame was not polled";
     EXPECT_TRUE(wait_for([&] { return c.idle_yields.get() >= yields + 1000; }, std::chrono::seconds(4)));
     // Still polling: no wait began after the one the frame ended.
-    EXPECT_FALSE(bell.sleeping.load());
+    EXPECT_FALSE(w.asleep());
     EXPECT_EQ(c.idle_sleeps.get(), sleeps);
     // The window over, it waits again.
-    EXPECT_TRUE(wait_for([&] { return bell.sleeping.load(); }, std::chrono::seconds(60)));
+    EXPECT_TRUE(wait_for([&] { return w.asleep(); }, std::chrono::seconds(60)));
     EXPECT_GT(c.idle_sleeps.get(), sleeps);
-
-    quit = true;
-    EXPECT_TRUE(wait_for([&] { bell.ring(); return ended.load(); }, std::chrono::seconds(30)));
-    lcore.join();
-    dp.reset();
-    ::close(bell.fd);
-    close_port(h);
 }
 
 TEST(PortWakeSource, RingPortsHaveNoneSoTheLcoreNaps) {
