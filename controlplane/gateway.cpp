@@ -351,8 +351,10 @@ void Gateway::start() {
 
     DataplaneConfig dc;
     const DataplaneSettings& s = cfg_.dataplane;
-    dc.idle = IdleConfig{s.idle_spin, s.idle_polls_before_sleep, 1, s.idle_sleep_max_us};
-    dc.idle.yield_us = s.idle_yield_us;
+    dc.idle = IdleConfig{.spin = s.idle_spin,
+                         .empty_polls_before_sleep = s.idle_polls_before_sleep,
+                         .max_sleep_us = s.idle_sleep_max_us,
+                         .yield_us = s.idle_yield_us};
     dc.neighbour = NeighbourTimers{s.neighbour_reachable_s * 1000, s.neighbour_stale_s * 1000,
                                    s.arp_probe_interval_ms, s.arp_probes};
     dc.neighbour_capacity = s.neighbour_capacity;
