@@ -1078,11 +1078,14 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
         m->l3_len = sizeof(rte_ipv4_hdr);
         m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
         reinterpret_cast<rte_udp_hdr*>(ip + 1)->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
-    } else if (peer >= 0 || summed_from >= body_len)  // a sealed message changed after the body: sum it all
+    } else if (peer < 0 && summed_from == 0) {  // the caller's sum covers the body: the header's from its values
+        write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len, encoded_sum(h) + body_sum, 0);
+    } else if (peer >= 0 || summed_from >= body_len) {  // a sealed message changed after the body: sum it all
         write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
-    else
+    } else {
         write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len, body_sum,
                        static_cast<uint16_t>(sizeof(MsgHeader) + summed_from));
+    }
     send_ipv4(m, static_cast<uint16_t>(out), nh);
 }
 
@@ -1163,8 +1166,10 @@ void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource sou
     // rte_raw_cksum sums in host order on this little-endian CPU: swap the big-endian-order sum.
     const uint32_t folded = (e.wire_sum & 0xffff) + (e.wire_sum >> 16);
     const uint16_t be_sum = static_cast<uint16_t>((folded & 0xffff) + (folded >> 16));
-    send_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, &b, sizeof b, -1, rte_bswap16(be_sum),
-                 offsetof(ResolveReplyBody, record));
+    // The whole body's sum, its head (status, source, reserved, target) from the values written:
+    // nothing of the reply is read back to sum it.
+    const uint32_t body_sum = sum_bytes(b.status, b.source) + sum_be64(target.value) + rte_bswap16(be_sum);
+    send_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, &b, sizeof b, -1, body_sum, 0);
 }
 
 void Dataplane::query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) {

@@ -330,8 +330,10 @@ private:
     void wake_control();
     // Builds and routes one resolution datagram from our address on the way to `dst` (network order).
     // A peer message (peer >= 0) is stamped with our channel-0 seq and sealed with the peer's key.
-    // `body_sum`, when not 0, is the one's-complement sum of the body from `summed_from` on, known
-    // already: the UDP checksum then reads only what comes before.
+    // `body_sum`: the one's-complement sum (unfolded, in-memory order) of the body from `summed_from`
+    // on (an even offset), known already: the UDP checksum then reads only the header and the body
+    // before it; with `summed_from` 0 (a client message) nothing at all, the header's sum coming from
+    // its values (encoded_sum). UINT16_MAX (or any offset past the body): everything is read.
     void send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,
                       uint16_t body_len, int peer, uint32_t body_sum = 0, uint16_t summed_from = UINT16_MAX);
     // ResolverIo
