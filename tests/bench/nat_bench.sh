@@ -32,6 +32,10 @@
 #   NAT_BENCH_FLOWS="1024 65536 1048576"   flow counts
 #   NAT_BENCH_TP_MBUF_SIZE=2176            testpmd's --mbuf-size (fedgated's mbufs are 2176 bytes)
 #   NAT_BENCH_HUGE=1                       0: --no-huge even where hugepages could be reserved
+#   NAT_BENCH_FEDGATED=BUILD_DIR/controlplane/fedgated   the daemon measured: another build's binary
+#                                          (a copy kept from before a change), so that two builds are
+#                                          compared in runs alternated on the same machine; the table
+#                                          names it when it is not the build directory's
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: nat_bench.sh BUILD_DIR [SECONDS] | --smoke}")
 SMOKE=0
@@ -45,6 +49,9 @@ else
     HUGE=${NAT_BENCH_HUGE:-1}
 fi
 TP_MBUF_SIZE=${NAT_BENCH_TP_MBUF_SIZE:-2176}
+FEDGATED=$BUILD/controlplane/fedgated
+((SMOKE)) || FEDGATED=${NAT_BENCH_FEDGATED:-$FEDGATED}
+[[ -x $FEDGATED ]] || { echo "nat_bench: NAT_BENCH_FEDGATED '$FEDGATED' is not an executable file" >&2; exit 2; }
 [[ $SECS =~ ^[0-9]+$ ]] && ((SECS >= 3)) || { echo "nat_bench: SECONDS must be >= 3" >&2; exit 2; }
 for n in $FLOWS; do
     [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 4000000)) || { echo "nat_bench: flow count '$n' must be 1..4000000" >&2; exit 2; }
@@ -127,6 +134,7 @@ eal_mem_args() {  # MB -> the EAL's memory arguments
         echo "--no-huge -m $1"
     fi
 }
+[[ $FEDGATED == "$BUILD/controlplane/fedgated" ]] || MEMORY="$MEMORY; fedgated: $FEDGATED"
 echo "nat_bench: $MEMORY"
 
 # Everything the script runs beside the forwarding lcore stays on CPU 0, off the measured core.
@@ -301,7 +309,7 @@ address = "198.19.0.2"
 key = "6b1d3e8a2f4c7a9e0d5b8c1f3a6e9d2c4b7f0a3e6d9c2b5f8e1a4d7c0b3e6f92"
 $IMPORT
 TOML
-    "$BUILD/controlplane/fedgated" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
+    "$FEDGATED" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
     PIDS+=($!)
     up=0
     for _ in $(seq 3000); do
