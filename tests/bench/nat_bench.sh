@@ -32,6 +32,10 @@
 #   NAT_BENCH_FLOWS="1024 65536 1048576"   flow counts
 #   NAT_BENCH_TP_MBUF_SIZE=2176            testpmd's --mbuf-size (fedgated's mbufs are 2176 bytes)
 #   NAT_BENCH_HUGE=1                       0: --no-huge even where hugepages could be reserved
+#   NAT_BENCH_ROUNDS=1                     runs of the whole set (io, 5tswap, fedgated for each flow
+#                                          count), one after another; with more than one, each round's
+#                                          rows and then the median ratio per flow count (this machine's
+#                                          figures move by a third between runs)
 #   NAT_BENCH_FEDGATED=BUILD_DIR/controlplane/fedgated   the daemon measured: another build's binary
 #                                          (a copy kept from before a change), so that two builds are
 #                                          compared in runs alternated on the same machine; the table
@@ -42,12 +46,15 @@ SMOKE=0
 if [[ ${2:-} == --smoke ]]; then
     source "$(dirname "$0")/smoke.sh"
     bench_smoke_guard "$BUILD" "EAL"
-    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0
+    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0 ROUNDS=1
 else
     SECS=${2:-10}
     FLOWS=${NAT_BENCH_FLOWS:-1024 65536 1048576}
     HUGE=${NAT_BENCH_HUGE:-1}
+    ROUNDS=${NAT_BENCH_ROUNDS:-1}
 fi
+[[ $ROUNDS =~ ^[0-9]+$ ]] && ((ROUNDS >= 1 && ROUNDS <= 20)) ||
+    { echo "nat_bench: NAT_BENCH_ROUNDS must be 1..20, got '$ROUNDS'" >&2; exit 2; }
 TP_MBUF_SIZE=${NAT_BENCH_TP_MBUF_SIZE:-2176}
 FEDGATED=$BUILD/controlplane/fedgated
 ((SMOKE)) || FEDGATED=${NAT_BENCH_FEDGATED:-$FEDGATED}
@@ -245,7 +252,9 @@ for line in sys.stdin:
 }
 
 RESULTS=()
-for N in $FLOWS; do
+RUNS=()
+for ((round = 0; round < ROUNDS; round++)); do RUNS+=($FLOWS); done
+for N in "${RUNS[@]}"; do
     PCAP="$WORK/nat-$N.pcap"
     M=$(mappings_for "$N")
     "$BUILD/tests/fedgate_bench_pcap" --tcp-flows "$PCAP" 198.18.1.1 "$MAPPED_PORT" "$N" "$M"
@@ -371,6 +380,14 @@ for r in rows:
     note = "" if sessions == n else f"  <- {n - sessions} flows without a session" if sessions else "  <- failed"
     print(f"{n:>9} {maps:>4} {fg / 1e6:>9.2f} {sw / 1e6:>7.2f} {io / 1e6:>7.2f} {rs:>7} {ri:>5} {tr / 1e6:>10.2f} "
           f"{rx / 1e6:>7.2f} {drops / 1e6:>8.2f} {sessions:>9}{note}")
+if len(rows) > len({r[0] for r in rows}):  # NAT_BENCH_ROUNDS > 1: the middle of each flow count's runs
+    from statistics import median
+    for n in dict.fromkeys(r[0] for r in rows):
+        runs = [(int(r[1]), int(r[3])) for r in rows if r[0] == n and int(r[3]) and int(r[1])]
+        if runs:
+            ratios = sorted(fg / sw for fg, sw in runs)
+            print(f"median of {len(runs)} rounds, {n} flows: fedgated {median(fg for fg, _ in runs) / 1e6:.2f} Mpps, "
+                  f"/5tswap {median(ratios):.2f} (from {ratios[0]:.2f} to {ratios[-1]:.2f})")
 for r in rows:
     if r[9] != "-":
         final, slope, bound, inside, gap = int(r[9]), int(r[10]), int(r[11]), int(r[12]), r[13]
