@@ -53,6 +53,14 @@ constexpr uint16_t stored16(uint16_t host_value) {
 #endif
 }
 
+// A 64-bit field's value as stored (network order), summed as an in-memory-order sum adds its
+// four 16-bit words (unfolded).
+constexpr uint32_t stored64_sum(uint64_t host_value) {
+    return uint32_t{stored16(static_cast<uint16_t>(host_value >> 48))} +
+           stored16(static_cast<uint16_t>(host_value >> 32)) + stored16(static_cast<uint16_t>(host_value >> 16)) +
+           stored16(static_cast<uint16_t>(host_value));
+}
+
 // Folds an in-memory-order one's-complement sum (any width) to 16 bits.
 constexpr uint16_t fold_sum(uint64_t sum) {
     sum = (sum & 0xffffffff) + (sum >> 32);

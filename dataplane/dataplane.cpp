@@ -1079,7 +1079,7 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
         m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
         reinterpret_cast<rte_udp_hdr*>(ip + 1)->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
     } else if (peer < 0 && summed_from == 0) {  // the caller's sum covers the body: the header's from its values
-        write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len, encoded_sum(h) + body_sum, 0);
+        write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len, header_sum(h) + body_sum, 0);
     } else if (peer >= 0 || summed_from >= body_len) {  // a sealed message changed after the body: sum it all
         write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
     } else {
@@ -1087,6 +1087,15 @@ void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint
                        static_cast<uint16_t>(sizeof(MsgHeader) + summed_from));
     }
     send_ipv4(m, static_cast<uint16_t>(out), nh);
+}
+
+uint32_t Dataplane::header_sum(const Header& h) {
+    // Two bytes in a row sum as the 16-bit word they make in network order.
+    const auto pair = [](uint8_t first, uint8_t second) {
+        return stored16(static_cast<uint16_t>(first << 8 | second));
+    };
+    return uint32_t{stored16(kMsgMagic)} + pair(kMsgVersion, static_cast<uint8_t>(h.type)) + stored16(h.sender_party) +
+           stored16(h.body_len) + stored64_sum(h.seq) + pair(h.channel, h.key_id);
 }
 
 void Dataplane::write_udp_ipv4_headers(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
@@ -1163,12 +1172,13 @@ void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource sou
     store_be64(b.target, target.value);
     b.record = e.wire;
     resolve_counters_.replies_sent.add();
-    // rte_raw_cksum sums in host order on this little-endian CPU: swap the big-endian-order sum.
+    // rte_raw_cksum sums in host order: the big-endian-order sum as it would be stored.
     const uint32_t folded = (e.wire_sum & 0xffff) + (e.wire_sum >> 16);
     const uint16_t be_sum = static_cast<uint16_t>((folded & 0xffff) + (folded >> 16));
     // The whole body's sum, its head (status, source, reserved, target) from the values written:
     // nothing of the reply is read back to sum it.
-    const uint32_t body_sum = sum_bytes(b.status, b.source) + sum_be64(target.value) + rte_bswap16(be_sum);
+    const uint32_t body_sum =
+        stored16(static_cast<uint16_t>(b.status << 8 | b.source)) + stored64_sum(target.value) + stored16(be_sum);
     send_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, &b, sizeof b, -1, body_sum, 0);
 }
 

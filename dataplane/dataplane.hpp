@@ -276,6 +276,9 @@ public:
     // one's-complement, unfolded; summed_from even), so only the bytes before it are read.
     static void write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
                                uint16_t len, uint32_t tail_sum = 0, uint16_t summed_from = UINT16_MAX);
+    // The in-memory-order sum (unfolded) of encode(h)'s 20 bytes, from h's values: a sender that has
+    // just encoded a header sums it without reading it back (which stalls on store forwarding).
+    static uint32_t header_sum(const Header& h);
     // The same headers with both checksum fields 0 (for a device that fills them in).
     static void write_udp_ipv4_headers(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
                                        uint16_t len);
@@ -333,7 +336,7 @@ private:
     // `body_sum`: the one's-complement sum (unfolded, in-memory order) of the body from `summed_from`
     // on (an even offset), known already: the UDP checksum then reads only the header and the body
     // before it; with `summed_from` 0 (a client message) nothing at all, the header's sum coming from
-    // its values (encoded_sum). UINT16_MAX (or any offset past the body): everything is read.
+    // its values (header_sum). UINT16_MAX (or any offset past the body): everything is read.
     void send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,
                       uint16_t body_len, int peer, uint32_t body_sum = 0, uint16_t summed_from = UINT16_MAX);
     // ResolverIo

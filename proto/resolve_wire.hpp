@@ -11,7 +11,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
@@ -156,27 +155,6 @@ struct Header {
 };
 
 void encode(const Header& h, MsgHeader& w);
-
-// One's-complement sums of encoded fields, from their values: each is what an in-memory-order sum
-// over the bytes (rte_raw_cksum's running sum) adds for them, unfolded. A sender that has just
-// written a message sums it this way instead of reading it back, which stalls on store forwarding.
-// Two bytes as they sit in memory, read as a host 16-bit word.
-inline uint32_t sum_bytes(uint8_t first, uint8_t second) {
-    const uint8_t b[2] = {first, second};
-    uint16_t w;
-    std::memcpy(&w, b, 2);
-    return w;
-}
-inline uint32_t sum_be16(uint16_t v) { return sum_bytes(static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)); }
-inline uint32_t sum_be64(uint64_t v) {
-    return sum_be16(static_cast<uint16_t>(v >> 48)) + sum_be16(static_cast<uint16_t>(v >> 32)) +
-           sum_be16(static_cast<uint16_t>(v >> 16)) + sum_be16(static_cast<uint16_t>(v));
-}
-// encode(h)'s 20 bytes (its reserved bytes zero).
-inline uint32_t encoded_sum(const Header& h) {
-    return sum_be16(kMsgMagic) + sum_bytes(kMsgVersion, static_cast<uint8_t>(h.type)) + sum_be16(h.sender_party) +
-           sum_be16(h.body_len) + sum_be64(h.seq) + sum_bytes(h.channel, h.key_id);
-}
 
 enum class WireError : uint8_t { ok, truncated, bad_magic, bad_version, bad_type, bad_length, bad_body };
 const char* wire_error_name(WireError e);

@@ -78,7 +78,7 @@ TEST(Checksum, UdpDatagramsTheGatewayWritesCarryBothSumsRight) {
 }
 
 // A resolution reply's UDP sum is made without reading the message back: the header's from its
-// values (encoded_sum), a body's head from the values written (sum_bytes, sum_be64). Each must fold
+// values (Dataplane::header_sum), a body's head from the values written (stored16, stored64_sum). Each must fold
 // to what rte_raw_cksum gives over the bytes encode() and the body's stores leave, for random
 // headers and bodies.
 TEST(Checksum, MessageSumsFromValuesMatchTheEncodedBytes) {
@@ -94,14 +94,14 @@ TEST(Checksum, MessageSumsFromValuesMatchTheEncodedBytes) {
         if (round % 3 == 0) h.seq = round % 2 ? 0 : UINT64_MAX;  // all zeros, all ones
         MsgHeader w;
         encode(h, w);
-        ASSERT_EQ(fold_sum(encoded_sum(h)), rte_raw_cksum(&w, sizeof w)) << "round " << round;
+        ASSERT_EQ(fold_sum(Dataplane::header_sum(h)), rte_raw_cksum(&w, sizeof w)) << "round " << round;
 
         ResolveReplyBody b{};
         b.status = static_cast<uint8_t>(rng());
         b.source = static_cast<uint8_t>(rng());
         const uint64_t target = rng();
         store_be64(b.target, target);
-        ASSERT_EQ(fold_sum(sum_bytes(b.status, b.source) + sum_be64(target)),
+        ASSERT_EQ(fold_sum(stored16(static_cast<uint16_t>(b.status << 8 | b.source)) + stored64_sum(target)),
                   rte_raw_cksum(&b, offsetof(ResolveReplyBody, record)))
             << "round " << round;
     }
