@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <string_view>
 #include <utility>
 
 #include "controlplane/log.hpp"
@@ -67,26 +68,45 @@ std::optional<StoredProcess> StoreDirectory::decode(const std::string& value) {
 }
 
 void StoreDirectory::write(std::span<const Op> ops) {
-    // A process's last op wins; each transaction puts or deletes, up to kOpsPerTxn keys.
+    // A process's last op wins.
     std::map<uint64_t, const Op*> last;
     for (const Op& op : ops) last[op.process.record.pid.value] = &op;
     std::vector<std::pair<std::string, std::string>> puts;
     std::vector<std::string> dels;
-    const auto key = [&](uint64_t pid) {
+    for (const auto& [pid, op] : last) {
         char b[24];
         std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(pid));
-        return keys_.processes() + b;
-    };
-    for (const auto& [pid, op] : last) {
         if (op->remove)
-            dels.push_back(key(pid));
+            dels.push_back(keys_.processes() + b);
         else
-            puts.emplace_back(key(pid), encode(op->process));
-        if (puts.size() == kOpsPerTxn) store_.put(std::exchange(puts, {}));
-        if (dels.size() == kOpsPerTxn) store_.erase(std::exchange(dels, {}));
+            puts.emplace_back(keys_.processes() + b, encode(op->process));
     }
-    store_.put(puts);
-    store_.erase(dels);
+    const std::size_t n = txn_ops();
+    try {
+        write_in(puts, dels, n);
+    } catch (const StoreRefused& e) {
+        // etcd: "too many operations in txn request". The transactions that went in before hold
+        // what this write would put there again, so the whole write is repeated in smaller ones.
+        if (n <= kStoreDefaultTxnOps || std::string_view(e.what()).find("too many operations") == std::string_view::npos)
+            throw;
+        if (txn_ops_.exchange(kStoreDefaultTxnOps) != kStoreDefaultTxnOps)
+            FG_LOG(WARNING, gateway,
+                   "cluster: the store refuses transactions of %zu operations ([cluster] txn_ops is more than its "
+                   "--max-txn-ops): directory writes go in transactions of %zu from now on (%s)",
+                   n, kStoreDefaultTxnOps, e.what());
+        write_in(puts, dels, kStoreDefaultTxnOps);
+    }
+}
+
+void StoreDirectory::write_in(const std::vector<std::pair<std::string, std::string>>& puts,
+                              const std::vector<std::string>& dels, std::size_t txn_ops) {
+    // Each transaction puts or deletes, up to txn_ops keys.
+    for (std::size_t at = 0; at < puts.size(); at += txn_ops)
+        store_.put({puts.begin() + static_cast<std::ptrdiff_t>(at),
+                    puts.begin() + static_cast<std::ptrdiff_t>(std::min(puts.size(), at + txn_ops))});
+    for (std::size_t at = 0; at < dels.size(); at += txn_ops)
+        store_.erase({dels.begin() + static_cast<std::ptrdiff_t>(at),
+                      dels.begin() + static_cast<std::ptrdiff_t>(std::min(dels.size(), at + txn_ops))});
 }
 
 static std::string version_text(const PrefixSummary& s) {
@@ -157,8 +177,9 @@ ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_
                                std::vector<std::unique_ptr<KvStore>> writer_stores)
     : cfg_(cfg), keys_(cfg.party), loop_store_(std::move(loop_store)), state_store_(std::move(state_store)),
       dir_store_(std::move(dir_store)), warm_store_(std::move(warm_store)), writer_stores_(std::move(writer_stores)) {
-    directory_ = std::make_unique<StoreDirectory>(*dir_store_, keys_);
-    for (const auto& w : writer_stores_) writer_directories_.push_back(std::make_unique<StoreDirectory>(*w, keys_));
+    directory_ = std::make_unique<StoreDirectory>(*dir_store_, keys_, cfg.cluster.txn_ops);
+    for (const auto& w : writer_stores_)
+        writer_directories_.push_back(std::make_unique<StoreDirectory>(*w, keys_, cfg.cluster.txn_ops));
     if (warm_store_) warm_directory_ = std::make_unique<StoreDirectory>(*warm_store_, keys_);
     map_state_owned_ = std::make_unique<StoreMapState>(*state_store_, keys_.mappings());
     map_state_ = map_state_owned_.get();

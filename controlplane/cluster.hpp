@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -42,20 +43,29 @@ private:
 };
 
 // The directory as the group's store keeps it: a key per process under <prefix>processes/, written
-// in transactions of up to kOpsPerTxn operations.
+// in transactions of up to `txn_ops` operations ([cluster] txn_ops). A store that refuses a
+// transaction that big (etcd's --max-txn-ops lower than txn_ops) gets the write again in
+// transactions of etcd's default 128, and every later one too; the first time is logged, naming
+// both settings.
 class StoreDirectory final : public DirectoryStore {
 public:
-    static constexpr std::size_t kOpsPerTxn = 128;  // etcd's default --max-txn-ops
-    StoreDirectory(KvStore& store, const ClusterKeys& keys) : store_(store), keys_(keys) {}
+    static constexpr std::size_t kStoreDefaultTxnOps = 128;  // etcd's default --max-txn-ops
+    StoreDirectory(KvStore& store, const ClusterKeys& keys, std::size_t txn_ops = kStoreDefaultTxnOps)
+        : store_(store), keys_(keys), txn_ops_(std::max<std::size_t>(txn_ops, 1)) {}
     void write(std::span<const Op> ops) override;
+    // The transaction size in use: txn_ops, or 128 after the store refused it.
+    std::size_t txn_ops() const { return txn_ops_.load(std::memory_order_relaxed); }
     std::vector<StoredProcess> load(std::string* version = nullptr) override;
     std::string version() override;  // the processes prefix's key count and newest mod revision
     static std::string encode(const StoredProcess& p);
     static std::optional<StoredProcess> decode(const std::string& value);
 
 private:
+    void write_in(const std::vector<std::pair<std::string, std::string>>& puts, const std::vector<std::string>& dels,
+                  std::size_t txn_ops);
     KvStore& store_;
     ClusterKeys keys_;
+    std::atomic<std::size_t> txn_ops_;
 };
 
 struct ClusterCounters {

@@ -566,13 +566,14 @@ void read_metrics(const std::string& file, const toml::table& t, MetricsSettings
 
 void read_cluster(const std::string& file, const toml::table& t, ClusterSettings& s, std::vector<std::string>& warnings) {
     TableReader r(file, t, "cluster",
-                  {"etcd", "member", "lease_ttl_s", "sync", "sync_key", "sync_key_file", "sync_key_credential"});
+                  {"etcd", "member", "lease_ttl_s", "txn_ops", "sync", "sync_key", "sync_key_file", "sync_key_credential"});
     if (t.empty()) return;  // no [cluster]: alone
     // Types first, so a wrong one is named before a missing key is.
     (void)r.string("member", false);
     (void)r.string("sync", false);
     for (const char* k : {"sync_key", "sync_key_file", "sync_key_credential"}) (void)r.string(k, false);
     r.uint("lease_ttl_s", s.lease_ttl_s, 2, 60);
+    r.uint("txn_ops", s.txn_ops, 1, kMaxTxnOps);
     s.etcd = r.string_list("etcd", true);
     if (s.etcd.empty()) r.fail("etcd", "needs at least one endpoint URL, like \"http://198.18.250.11:2379\" (no [cluster] section: a gateway alone)");
     for (const std::string& url : s.etcd)

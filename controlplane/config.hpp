@@ -217,10 +217,15 @@ struct MetricsSettings {
 // [cluster]: a group of gateways for one party on an etcd store; absent (no endpoints): the
 // gateway is alone and keeps its state file, as always.
 inline constexpr uint32_t kDefaultLeaseTtlS = 2;  // etcd's shortest lease with its default election timing
+inline constexpr uint32_t kDefaultTxnOps = 128;    // etcd's default --max-txn-ops
+inline constexpr uint32_t kMaxTxnOps = 10000;
 struct ClusterSettings {
     std::vector<std::string> etcd;  // endpoint URLs, "http://IP:PORT"
     std::string member;             // this gateway's name in the group
     uint32_t lease_ttl_s = kDefaultLeaseTtlS;
+    // The most operations one transaction of directory writes carries: at most the store's
+    // --max-txn-ops. Registrations in flight go into the store in batches of up to this many.
+    uint32_t txn_ops = kDefaultTxnOps;
     // Where this member sends and takes session events (a kernel UDP socket on the management
     // network, host-order IPv4 and port); none: no session events.
     std::optional<std::pair<uint32_t, uint16_t>> sync;

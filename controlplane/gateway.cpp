@@ -424,7 +424,7 @@ void Gateway::start() {
                                                                               const uint64_t one = 1;
                                                                               (void)!::write(fd, &one, sizeof one);
                                                                           }),
-                                           StoreDirectory::kOpsPerTxn);
+                                           cfg_.cluster.txn_ops);
         // A standby keeps a copy of the group's directory, so a takeover need not read it.
         cluster_->set_directory_warmer([r = resolution_.get()](std::vector<StoredProcess> all, std::string version) {
             r->warm(std::move(all), std::move(version));

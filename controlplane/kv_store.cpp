@@ -109,6 +109,7 @@ void MemStore::put(const std::vector<std::pair<std::string, std::string>>& kvs, 
     std::lock_guard lk(mu_);
     enter();
     if (lease != 0 && !leases_.contains(lease)) throw StoreRefused("requested lease not found");
+    if (max_txn_ops_ != 0 && kvs.size() > max_txn_ops_) throw StoreRefused("etcdserver: too many operations in txn request");
     ++revision_;
     for (const auto& [k, v] : kvs) put_locked(k, v, lease);
 }
@@ -116,6 +117,7 @@ void MemStore::put(const std::vector<std::pair<std::string, std::string>>& kvs, 
 void MemStore::erase(const std::vector<std::string>& keys) {
     std::lock_guard lk(mu_);
     enter();
+    if (max_txn_ops_ != 0 && keys.size() > max_txn_ops_) throw StoreRefused("etcdserver: too many operations in txn request");
     ++revision_;
     for (const auto& k : keys) kv_.erase(k);
 }

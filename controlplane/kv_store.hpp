@@ -163,6 +163,12 @@ public:
         std::lock_guard lk(mu_);
         return revision_;
     }
+    // A put or erase of more keys than this is refused, as etcd refuses a transaction over its
+    // --max-txn-ops (0: no limit).
+    void set_max_txn_ops(std::size_t n) {
+        std::lock_guard lk(mu_);
+        max_txn_ops_ = n;
+    }
 
     int64_t grant(int64_t ttl_s) override;
     int64_t keepalive(int64_t lease) override;
@@ -187,6 +193,7 @@ private:
     std::function<uint64_t()> now_ms_;
     mutable std::mutex mu_;
     bool available_ = true;
+    std::size_t max_txn_ops_ = 0;
     int64_t revision_ = 1;
     int64_t next_lease_ = 0x1000;
     struct Lease {

@@ -127,6 +127,7 @@ ConfigDiff diff_config(const Config& a, const Config& b) {
     r.field("cluster", "etcd", a.cluster.etcd, b.cluster.etcd);
     r.field("cluster", "member", a.cluster.member, b.cluster.member);
     r.field("cluster", "lease_ttl_s", a.cluster.lease_ttl_s, b.cluster.lease_ttl_s);
+    r.field("cluster", "txn_ops", a.cluster.txn_ops, b.cluster.txn_ops);
     r.field("cluster", "sync", a.cluster.sync_text(), b.cluster.sync_text());
     r.field("cluster", "sync_key", key_fingerprint(a.cluster.sync_key), key_fingerprint(b.cluster.sync_key));
 

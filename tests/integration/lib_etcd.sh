@@ -23,6 +23,8 @@
 #
 # ETCD_MEMBERS=1 (read by etcd_up; default 3) starts member 1 alone, a one-member cluster: what a
 # benchmark uses to see the gateway's side when the store does not share its CPUs three times.
+# ETCD_MAX_TXN_OPS=N (read when a member starts; default: etcd's own, 128) is the members'
+# --max-txn-ops, the most operations one transaction may carry.
 #
 # The members run with the default timing (heartbeat 100 ms, election timeout 1 s), a 64 MiB
 # backend quota and a snapshot every 1000 entries, each in a clean environment (no ETCD_* of the
@@ -149,7 +151,7 @@ etcd_start() { # etcd_start N — starts member N (again) on its data dir
         --initial-cluster-state "$state" \
         --heartbeat-interval 100 --election-timeout 1000 \
         --quota-backend-bytes $((64 * 1024 * 1024)) --snapshot-count 1000 \
-        --max-snapshots 2 --max-wals 2 \
+        --max-snapshots 2 --max-wals 2 ${ETCD_MAX_TXN_OPS:+--max-txn-ops "$ETCD_MAX_TXN_OPS"} \
         --logger zap --log-outputs stderr >>"$log" 2>&1 </dev/null &
     ETCD_PIDS[n]=$!
 }

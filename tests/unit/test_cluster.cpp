@@ -420,6 +420,46 @@ TEST(StoreDirectory, KeepsEachProcessesLastOpInBatchesAndReadsThemBack) {
     EXPECT_FALSE(fedgate::StoreDirectory::decode("not json").has_value());
 }
 
+TEST(StoreDirectory, WritesInTransactionsOfTxnOpsAndFallsBackTo128WhenTheStoreRefusesThem) {
+    Clock c;
+    MemStore store(c.fn());
+    const auto ops_for = [](uint32_t from, uint32_t n, bool remove) {
+        std::vector<fedgate::DirectoryStore::Op> ops;
+        for (uint32_t i = from; i < from + n; ++i)
+            ops.push_back({remove, {node_record(i), 0xC612010A, static_cast<uint16_t>(40000 + i % 20000)}});
+        return ops;
+    };
+    fedgate::StoreDirectory dir(store, ClusterKeys("alpha"), 500);
+    EXPECT_EQ(dir.txn_ops(), 500u);
+    int64_t before = store.revision();
+    dir.write(ops_for(1, 1200, false));
+    EXPECT_EQ(store.revision() - before, 3) << "1,200 puts in transactions of 500, 500 and 200";
+    before = store.revision();
+    dir.write(ops_for(1, 600, true));
+    EXPECT_EQ(store.revision() - before, 2) << "600 deletes in transactions of 500 and 100";
+    EXPECT_EQ(dir.load().size(), 600u);
+
+    // The store takes at most 300 (its --max-txn-ops lower than txn_ops): the write is refused once,
+    // then goes in again in transactions of 128, and so do the later ones.
+    store.set_max_txn_ops(300);
+    before = store.revision();
+    dir.write(ops_for(2001, 400, false));
+    EXPECT_EQ(dir.txn_ops(), fedgate::StoreDirectory::kStoreDefaultTxnOps);
+    EXPECT_EQ(store.revision() - before, 4) << "400 puts in transactions of 128, 128, 128 and 16";
+    EXPECT_EQ(dir.load().size(), 1000u) << "nothing lost to the refusal";
+    before = store.revision();
+    dir.write(ops_for(3001, 256, false));
+    EXPECT_EQ(store.revision() - before, 2);
+
+    // Below 128 there is nothing to fall back to: the refusal reaches the caller.
+    store.set_max_txn_ops(100);
+    EXPECT_THROW(dir.write(ops_for(4001, 200, false)), fedgate::StoreRefused);
+    fedgate::StoreDirectory small(store, ClusterKeys("alpha"), 50);
+    before = store.revision();
+    small.write(ops_for(5001, 120, false));
+    EXPECT_EQ(store.revision() - before, 3) << "120 puts in transactions of 50, 50 and 20";
+}
+
 TEST(StoreDirectory, ItsVersionChangesWithEveryChangeToTheProcessesAndOnlyThen) {
     Clock c;
     MemStore store(c.fn());
@@ -805,6 +845,10 @@ TEST(ClusterConfig, ReadsEndpointsMemberAndLease) {
     EXPECT_EQ(cfg.cluster.etcd.size(), 2u);
     EXPECT_EQ(cfg.cluster.member, "gw-a");
     EXPECT_EQ(cfg.cluster.lease_ttl_s, 3u);
+    EXPECT_EQ(cfg.cluster.txn_ops, fedgate::kDefaultTxnOps) << "etcd's default --max-txn-ops";
+    EXPECT_EQ(fedgate::parse_config(with_cluster("[cluster]\netcd = [\"http://h:2379\"]\nmember = \"m\"\ntxn_ops = 1024"), "t")
+                  .cluster.txn_ops,
+              1024u);
     const fedgate::Config alone = fedgate::parse_config(with_cluster(""), "test.toml");
     EXPECT_FALSE(alone.cluster.enabled()) << "no [cluster]: alone, as before";
     const fedgate::Config dflt =
@@ -863,6 +907,10 @@ TEST(ClusterConfig, BadValuesAreNamed) {
     EXPECT_NE(bad_member.find("'a b' must be"), std::string::npos) << bad_member;
     const std::string ttl = config_error(with_cluster("[cluster]\netcd = [\"http://h:2379\"]\nmember = \"m\"\nlease_ttl_s = 1"));
     EXPECT_NE(ttl.find("cluster.lease_ttl_s"), std::string::npos) << ttl;
+    for (const char* bad : {"0", "10001", "\"many\""}) {
+        const std::string txn = config_error(with_cluster(std::string("[cluster]\netcd = [\"http://h:2379\"]\nmember = \"m\"\ntxn_ops = ") + bad));
+        EXPECT_NE(txn.find("cluster.txn_ops"), std::string::npos) << bad << ": " << txn;
+    }
     const std::string unknown = config_error(with_cluster("[cluster]\netcd = [\"http://h:2379\"]\nmember = \"m\"\nleader = 1"));
     EXPECT_NE(unknown.find("leader"), std::string::npos) << unknown;
 }
