@@ -264,27 +264,28 @@ void Dataplane::flush_session_events() {
 // ---------------------------------------------------------------------------------------------
 // Classification.
 
-[[gnu::always_inline]] inline bool Dataplane::fast_candidate(const rte_mbuf* m, uint16_t in, FastPacket& f) const {
-    if (standby_) return false;  // a standby takes nothing but ARP (handle() counts the rest)
+[[gnu::always_inline]] inline Dataplane::FastKind Dataplane::fast_candidate(const rte_mbuf* m, uint16_t in,
+                                                                             FastPacket& f) const {
+    if (standby_) return FastKind::none;  // a standby takes nothing but ARP (handle() counts the rest)
     const uint8_t* d = rte_pktmbuf_mtod(m, const uint8_t*);
-    if (!parse_fast(d, rte_pktmbuf_data_len(m), rx_ip_checksum(m), f)) return false;
+    if (!parse_fast(d, rte_pktmbuf_data_len(m), rx_ip_checksum(m), f)) return FastKind::none;
     const auto* eth = reinterpret_cast<const rte_ether_hdr*>(d);
     const Port& port = ports_[in];
     // handle()'s and handle_ipv4()'s checks before the NAT, on the frames that pass them all:
     // to this port's MAC (or broadcast) from a unicast one; a source address that may be answered.
     if ((!rte_is_same_ether_addr(&eth->dst_addr, &port.cfg.mac) && !rte_is_broadcast_ether_addr(&eth->dst_addr)) ||
         !rte_is_unicast_ether_addr(&eth->src_addr) || rte_is_zero_ether_addr(&eth->src_addr))
-        return false;
+        return FastKind::none;
     const uint32_t src_host = rte_be_to_cpu_32(f.src_ip);
     if (src_host == 0 || src_host == UINT32_MAX || (src_host >> 28) == 0xe || owns_address(f.src_ip) ||
         (port.cfg.prefix_len < 31 && ((f.src_ip ^ port.cfg.addr) & port.mask) == 0 && (f.src_ip | port.mask) == UINT32_MAX))
-        return false;
+        return FastKind::none;
     // The resolution service's and RoCE's datagrams are not the NAT's (and owner_of() steers
     // anything to the RoCE port by its flow, not as a session port). A session's packet needs no
     // hand-off: every session key names one of our addresses, and a worker holds only the sessions
     // of packets owner_of() gave it (its session ports' replies, its flows), so a session found
     // here (on the port its direction arrives on) is this worker's.
-    return f.dst_port != roce_port_be_ && (f.ip_proto != kIpProtoUdp || f.dst_port != resolve_port_be_);
+    return is_service(f.ip_proto, f.dst_port) ? FastKind::service : FastKind::flow;
 }
 
 [[gnu::always_inline]] inline void Dataplane::send_established(rte_mbuf* m, NatRewrite& rw) {
@@ -318,15 +319,23 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
         rte_mbuf* const m = pkts[j];
         bytes += rte_pktmbuf_pkt_len(m);
-        fast[j] = fast_candidate(m, in, f[j]);
+        const FastKind kind = fast_candidate(m, in, f[j]);
+        fast[j] = kind == FastKind::flow;
         if (fast[j]) {
             hash[j] = nat_.prefetch(Nat::key_of(f[j]));
+            continue;
+        }
+        if (kind == FastKind::service) {  // the resolution service's or RoCE's: no flow, no second parse
+            new (&p[j]) ParsedPacket(parsed_of_fast(rte_pktmbuf_mtod(m, const uint8_t*), f[j]));
+            parsed[j] = DropReason::none;
+            hash[j] = Nat::kNoFlowHash;
             continue;
         }
         new (&p[j]) ParsedPacket;
         parsed[j] = parse(m, p[j]);
         const bool flow = parsed[j] == DropReason::none && p[j].ether_type_host == kEtherTypeIpv4 && !p[j].fragment &&
-                          (p[j].ip_proto == kIpProtoTcp || p[j].ip_proto == kIpProtoUdp);
+                          (p[j].ip_proto == kIpProtoTcp || p[j].ip_proto == kIpProtoUdp) &&
+                          !is_service(p[j].ip_proto, p[j].dst_port);
         hash[j] = flow ? nat_.prefetch(p[j]) : Nat::kNoFlowHash;
     }
     // Counted once per burst, by the worker that took them off the port.

@@ -299,10 +299,17 @@ private:
     // mbuf carries one (RX checksum offload).
     static DropReason parse(const rte_mbuf* m, ParsedPacket& p);
     static RxChecksum rx_ip_checksum(const rte_mbuf* m);  // the port's verdict on the IPv4 header sum
-    // parse_fast() on the frame, and the checks handle() and handle_ipv4() make before the NAT: true
-    // when the NAT's established-flow path may take it (Nat::forward_established), which then
-    // leaves nothing for the full path to decide.
-    bool fast_candidate(const rte_mbuf* m, uint16_t in, FastPacket& f) const;
+    // parse_fast() on the frame, and the checks handle() and handle_ipv4() make before the NAT:
+    // `flow` when the NAT's established-flow path may take it (Nat::forward_established), which
+    // then leaves nothing for the full path to decide; `service` for a datagram to the resolution
+    // or RoCE port, which handle() takes from parsed_of_fast() with no second parse and no flow
+    // hash; `none` for the rest (parsed in full).
+    enum class FastKind : uint8_t { none, flow, service };
+    // A UDP datagram to the resolution port, or anything to the RoCE port: never a session's.
+    bool is_service(uint8_t ip_proto, uint16_t dst_port_be) const {
+        return dst_port_be == roce_port_be_ || (ip_proto == kIpProtoUdp && dst_port_be == resolve_port_be_);
+    }
+    FastKind fast_candidate(const rte_mbuf* m, uint16_t in, FastPacket& f) const;
     // Sends a packet forward_established() rewrote by `rw` (send_ipv4 where its neighbour needs a lookup).
     void send_established(rte_mbuf* m, NatRewrite& rw);
     void handle(rte_mbuf* m, uint16_t in);  // parses, then as below (a packet another worker counted)
