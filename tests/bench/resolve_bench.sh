@@ -33,6 +33,11 @@
 #                                                  ignored; checks each part produced its figures)
 #   RESOLVE_BENCH_RECORDS=1024      part 1: records registered
 #   RESOLVE_BENCH_REQUESTS=4096     part 1: resolve requests in the replayed pcap
+#   RESOLVE_BENCH_ROUNDS=1          part 1: runs of the pair (testpmd, then fedgated), 1..20; with
+#                                   more than one, each round's figures and then the medians (the
+#                                   reference alone moves by half between runs on a busy machine)
+#   RESOLVE_BENCH_FEDGATED=BUILD_DIR/controlplane/fedgated   part 1: the daemon measured (another
+#                                   build's binary, to compare two builds in alternated runs)
 #   RESOLVE_BENCH_BIG=1             part 3: also the 1M-record step (0: only 100K)
 #   RESOLVE_BENCH_PARTS="1 2 3 4"   which parts to run (3 and 4 need 2's lab; they bring one up if 2 is skipped)
 #   RESOLVE_BENCH_GROUP_REGS=2000   part 4: registrations in each burst (alone, then as a member)
@@ -53,11 +58,13 @@ if [[ ${2:-} == --smoke ]]; then
     bench_smoke_guard "$BUILD" "EAL, network namespaces"
     # Part 1: testpmd's rate needs four stats blocks, which come slower than one a second on a busy
     # machine; fedgated's, two seconds of warm-up and more.
-    SMOKE=1 SECS=8 RECORDS=16 REQUESTS=64 BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
+    SMOKE=1 SECS=8 RECORDS=16 REQUESTS=64 ROUNDS=1 FEDGATED=$BUILD/controlplane/fedgated BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
     LAT_N=20 REG_N=20 PING_N=10 GWPING_N=10 STEP_N=1000
 else
     SECS=${2:-10}
     RECORDS=${RESOLVE_BENCH_RECORDS:-1024}
+    ROUNDS=${RESOLVE_BENCH_ROUNDS:-1}
+    FEDGATED=${RESOLVE_BENCH_FEDGATED:-$BUILD/controlplane/fedgated}
     REQUESTS=${RESOLVE_BENCH_REQUESTS:-4096}
     BIG=${RESOLVE_BENCH_BIG:-1}
     PARTS=${RESOLVE_BENCH_PARTS:-1 2 3 4}
@@ -80,6 +87,9 @@ uint_in() { # uint_in WHAT VALUE MIN MAX — exits 2 unless VALUE is an integer 
 uint_in SECONDS "$SECS" 3 3600
 uint_in RESOLVE_BENCH_RECORDS "$RECORDS" 1 1000000
 uint_in RESOLVE_BENCH_TXN_OPS "$TXN_OPS" 1 10000
+uint_in RESOLVE_BENCH_ROUNDS "$ROUNDS" 1 20
+[[ -x $FEDGATED && -f $FEDGATED ]] ||
+    { echo "resolve_bench: RESOLVE_BENCH_FEDGATED '$FEDGATED' is not an executable file" >&2; exit 2; }
 uint_in RESOLVE_BENCH_REQUESTS "$REQUESTS" 1 1000000
 uint_in RESOLVE_BENCH_BIG "$BIG" 0 1
 uint_in RESOLVE_BENCH_WINDOW "$WINDOW" 1 65536
@@ -158,9 +168,31 @@ print(time.monotonic(), res["resolve"]["hits"], port["requesters"]["tx_packets"]
 }
 
 run_part1() {
+    local round
+    local which="" && [[ $FEDGATED != "$BUILD/controlplane/fedgated" ]] && which=" (fedgated: $FEDGATED)"
+    say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, ${SECS}s each, $ROUNDS round(s))$which"
+    "$BUILD/tests/fedgate_bench_pcap" --resolve "$WORK/register.pcap" "$WORK/resolve.pcap" 198.18.1.1 1 "$RECORDS" "$REQUESTS" 198.18.9
+    : >"$WORK/part1-rounds.txt"
+    for ((round = 1; round <= ROUNDS; round++)); do
+        ((ROUNDS == 1)) || say "  -- round $round of $ROUNDS"
+        part1_round
+    done
+    ((ROUNDS > 1)) || return 0
+    # The middle of the rounds: each round's pair ran minutes apart at most, the rounds over longer.
+    result "$("$PY" - "$WORK/part1-rounds.txt" <<'PY'
+import sys
+from statistics import median
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+ratios = sorted(fg / tp for fg, tp in rows if tp)
+print(f"part 1: median of {len(rows)} rounds: fedgated {median(fg for fg, _ in rows) / 1e6:.2f} M replies/s, "
+      f"testpmd 5tswap {median(tp for _, tp in rows) / 1e6:.2f} M pkts/s, ratio {median(ratios):.2f} "
+      f"(from {ratios[0]:.2f} to {ratios[-1]:.2f})" if ratios else "part 1: no round measured testpmd")
+PY
+)"
+}
+
+part1_round() {
     local reg=$WORK/register.pcap res=$WORK/resolve.pcap mbufs tp_mb fg_mb tp_pps cap up neigh i
-    say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, ${SECS}s each)"
-    "$BUILD/tests/fedgate_bench_pcap" --resolve "$reg" "$res" 198.18.1.1 1 "$RECORDS" "$REQUESTS" 198.18.9
     local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
     mbufs=$(mbuf_count "$REQUESTS")
 
@@ -234,7 +266,7 @@ role = "external"
 device = "net_null1,no-rx=1"
 address = "198.19.0.1/24"
 TOML
-    "$BUILD/controlplane/fedgated" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
+    "$FEDGATED" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
     PIDS+=($!)
     up=0
     for _ in $(seq 600); do
@@ -279,7 +311,7 @@ TOML
     rm -rf "/var/run/dpdk/$FG_PREFIX"
 
     "$PY" - "$WORK/stats1.json" "$RECORDS" "$dir_local" "$filled_s" "$tp_pps" "$t0" "$h0" "$x0" "$q0" "$d0" \
-        "$t1" "$h1" "$x1" "$q1" "$d1" >"$WORK/part1.txt" <<'PY'
+        "$t1" "$h1" "$x1" "$q1" "$d1" "$WORK/part1-rounds.txt" >"$WORK/part1.txt" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 records, local, filled = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -295,6 +327,8 @@ print(f"RESULT part 1: fedgated cache hits/s {hits / 1e6:.2f} M, replies sent/s 
       f"requests/s {reqs / 1e6:.2f} M, drops/s {drops / 1e6:.2f} M")
 print(f"RESULT part 1: dpdk-testpmd 5tswap pkts/s {tp / 1e6:.2f} M")
 print(f"RESULT part 1: ratio fedgated replies/testpmd {replies / tp:.2f}" if tp else "RESULT part 1: ratio: testpmd measured nothing")
+with open(sys.argv[16], "a") as rounds:
+    rounds.write(f"{replies} {tp}\n")
 print(f"RESULT part 1: drops by reason (whole run): {reasons or 'none'}")
 rv = res["resolve"]
 print(f"  resolve counters: requests {rv['requests']} hits {rv['hits']} misses {rv['misses']} not_found {rv['not_found']} "
