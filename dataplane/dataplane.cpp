@@ -1055,47 +1055,74 @@ void Dataplane::handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket
 
 void Dataplane::send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,
                              uint16_t body_len, int peer, uint32_t body_sum, uint16_t summed_from) {
-    uint32_t nh = 0;
-    const int out = route(port_cfgs_, dst, &nh);
-    if (out < 0) return ports_[0].counters.drop(DropReason::no_route);
+    OutMessage o = start_message(dst, dst_port, type, seq_or_id, body_len, peer);
+    if (o.body == nullptr) return;
+    std::memcpy(o.body, body, body_len);
+    finish_message(o, body_sum, summed_from);
+}
+
+Dataplane::OutMessage Dataplane::start_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id,
+                                               uint16_t body_len, int peer) {
+    OutMessage o;
+    const int out = route(port_cfgs_, dst, &o.nh);
+    if (out < 0) {
+        ports_[0].counters.drop(DropReason::no_route);
+        return o;
+    }
     rte_mbuf* m = spare_;
     if (m != nullptr) {
         spare_ = nullptr;
         rte_pktmbuf_reset(m);
     } else if (m = rte_pktmbuf_alloc(pool_); m == nullptr) {
-        return ports_[out].counters.drop(DropReason::resolve_alloc_failed);
+        ports_[out].counters.drop(DropReason::resolve_alloc_failed);
+        return o;
     }
-    const uint16_t msg_len = static_cast<uint16_t>(sizeof(MsgHeader) + body_len + (peer >= 0 ? kMacLen : 0));
-    const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + msg_len);
+    o.out = static_cast<uint16_t>(out);
+    o.msg_len = static_cast<uint16_t>(sizeof(MsgHeader) + body_len + (peer >= 0 ? kMacLen : 0));
+    const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + o.msg_len);
     char* data = rte_pktmbuf_append(m, sizeof(rte_ether_hdr) + ip_len);
-    if (data == nullptr) return drop(m, static_cast<uint16_t>(out), DropReason::resolve_alloc_failed);
-
+    if (data == nullptr) {
+        drop(m, o.out, DropReason::resolve_alloc_failed);
+        return o;
+    }
     reinterpret_cast<rte_ether_hdr*>(data)->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
-    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(data + sizeof(rte_ether_hdr));
-    auto* msg = reinterpret_cast<uint8_t*>(ip) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);
-    const Header h{type, peer >= 0 ? resolve_cfg_.resolver.party_id : uint16_t{0}, body_len,
-                   peer >= 0 ? seq_.next() : seq_or_id, peer >= 0 ? peer_channel_of_worker(worker_.index) : uint8_t{0}};
+    o.ip = reinterpret_cast<rte_ipv4_hdr*>(data + sizeof(rte_ether_hdr));
+    auto* msg = reinterpret_cast<uint8_t*>(o.ip) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);
+    o.h = Header{type, peer >= 0 ? resolve_cfg_.resolver.party_id : uint16_t{0}, body_len,
+                 peer >= 0 ? seq_.next() : seq_or_id, peer >= 0 ? peer_channel_of_worker(worker_.index) : uint8_t{0}};
     // Straight into the packet (MsgHeader is byte-aligned): a copy made on the stack and then
     // moved stalled on store forwarding, half of this function's time in `perf`.
-    encode(h, *reinterpret_cast<MsgHeader*>(msg));
-    std::memcpy(msg + sizeof(MsgHeader), body, body_len);
-    if (peer >= 0) peers_[peer].keys.seal(std::span<uint8_t>(msg, msg_len));
+    encode(o.h, *reinterpret_cast<MsgHeader*>(msg));
+    o.m = m;
+    o.body = msg + sizeof(MsgHeader);
+    o.dst = dst;
+    o.dst_port = dst_port;
+    o.peer = peer;
+    return o;
+}
+
+void Dataplane::finish_message(OutMessage& o, uint32_t body_sum, uint16_t summed_from) {
+    rte_mbuf* const m = o.m;
+    rte_ipv4_hdr* const ip = o.ip;
+    const uint16_t body_len = o.h.body_len, msg_len = o.msg_len, out = o.out;
+    const uint32_t src = ports_[out].cfg.addr;
+    if (o.peer >= 0) peers_[o.peer].keys.seal(std::span<uint8_t>(o.body - sizeof(MsgHeader), msg_len));
     if (ports_[out].cfg.tx_cksum) {
         // The device sums both: the IPv4 header's field 0, the UDP one holding the pseudo-header's sum.
-        write_udp_ipv4_headers(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
+        write_udp_ipv4_headers(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len);
         m->l2_len = sizeof(rte_ether_hdr);
         m->l3_len = sizeof(rte_ipv4_hdr);
         m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
         reinterpret_cast<rte_udp_hdr*>(ip + 1)->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
-    } else if (peer < 0 && summed_from == 0) {  // the caller's sum covers the body: the header's from its values
-        write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len, header_sum(h) + body_sum, 0);
-    } else if (peer >= 0 || summed_from >= body_len) {  // a sealed message changed after the body: sum it all
-        write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len);
+    } else if (o.peer < 0 && summed_from == 0) {  // the caller's sum covers the body: the header's from its values
+        write_udp_ipv4(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len, header_sum(o.h) + body_sum, 0);
+    } else if (o.peer >= 0 || summed_from >= body_len) {  // a sealed message changed after the body: sum it all
+        write_udp_ipv4(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len);
     } else {
-        write_udp_ipv4(ip, ports_[out].cfg.addr, dst, resolve_port_be_, dst_port, msg_len, body_sum,
+        write_udp_ipv4(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len, body_sum,
                        static_cast<uint16_t>(sizeof(MsgHeader) + summed_from));
     }
-    send_ipv4(m, static_cast<uint16_t>(out), nh);
+    send_ipv4(m, out, o.nh);
 }
 
 uint32_t Dataplane::header_sum(const Header& h) {
@@ -1174,21 +1201,24 @@ void Dataplane::reply(const Requester& r, ProcessId target, ResolveStatus status
 
 void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource source, const CacheEntry& e) {
     if (r.control != nullptr) return reply(r, target, ResolveStatus::ok, source, &e.record);
-    ResolveReplyBody b;
-    b.status = static_cast<uint8_t>(ResolveStatus::ok);
-    b.source = static_cast<uint8_t>(source);
-    b.reserved[0] = b.reserved[1] = 0;
-    store_be64(b.target, target.value);
-    b.record = e.wire;
+    OutMessage o = start_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, sizeof(ResolveReplyBody), -1);
+    if (o.body == nullptr) return;
+    // Written in place, field by field: nothing of the reply is read back, here or to sum it.
+    auto* b = reinterpret_cast<ResolveReplyBody*>(o.body);
+    b->status = static_cast<uint8_t>(ResolveStatus::ok);
+    b->source = static_cast<uint8_t>(source);
+    b->reserved[0] = b->reserved[1] = 0;
+    store_be64(b->target, target.value);
+    b->record = e.wire;
     resolve_counters_.replies_sent.add();
     // rte_raw_cksum sums in host order: the big-endian-order sum as it would be stored.
     const uint32_t folded = (e.wire_sum & 0xffff) + (e.wire_sum >> 16);
     const uint16_t be_sum = static_cast<uint16_t>((folded & 0xffff) + (folded >> 16));
-    // The whole body's sum, its head (status, source, reserved, target) from the values written:
-    // nothing of the reply is read back to sum it.
-    const uint32_t body_sum =
-        stored16(static_cast<uint16_t>(b.status << 8 | b.source)) + stored64_sum(target.value) + stored16(be_sum);
-    send_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, &b, sizeof b, -1, body_sum, 0);
+    // The whole body's sum, its head (status, source, reserved, target) from the values written.
+    const uint32_t body_sum = stored16(static_cast<uint16_t>(static_cast<uint8_t>(ResolveStatus::ok) << 8 |
+                                                             static_cast<uint8_t>(source))) +
+                              stored64_sum(target.value) + stored16(be_sum);
+    finish_message(o, body_sum, 0);
 }
 
 void Dataplane::query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) {

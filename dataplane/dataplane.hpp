@@ -346,6 +346,22 @@ private:
     // its values (header_sum). UINT16_MAX (or any offset past the body): everything is read.
     void send_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, const void* body,
                       uint16_t body_len, int peer, uint32_t body_sum = 0, uint16_t summed_from = UINT16_MAX);
+    // send_message() in two halves, for a caller that writes the body straight into the packet (a
+    // body built elsewhere and copied in was read back while its stores were still in flight):
+    // start_message() routes, takes an mbuf and writes the message header, leaving `body` to fill
+    // (null when the datagram was dropped, counted); finish_message() as send_message() after its copy.
+    struct OutMessage {
+        rte_mbuf* m = nullptr;
+        uint8_t* body = nullptr;
+        rte_ipv4_hdr* ip = nullptr;
+        Header h{};
+        uint32_t dst = 0, nh = 0;
+        uint16_t dst_port = 0, out = 0, msg_len = 0;
+        int peer = -1;
+    };
+    OutMessage start_message(uint32_t dst, uint16_t dst_port, MsgType type, uint64_t seq_or_id, uint16_t body_len,
+                             int peer);
+    void finish_message(OutMessage& o, uint32_t body_sum = 0, uint16_t summed_from = UINT16_MAX);
     // ResolverIo
     void reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,
                const DmaAddress* record) override;
