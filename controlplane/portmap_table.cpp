@@ -331,15 +331,14 @@ bool PortMapTable::taken(const std::string& kind, Proto proto, uint16_t port) co
 std::optional<uint16_t> PortMapTable::free_port(const std::string& kind, Proto proto, uint16_t lo, uint16_t hi,
                                                 uint16_t from) const {
     if (lo > hi) return std::nullopt;
-    const uint32_t n = uint32_t{hi} - lo + 1;
     const uint32_t start = from < lo || from > hi ? 0 : from - lo;
     std::lock_guard lk(mu_);
-    const std::bitset<65536>& used = held(kind, proto);
-    for (uint32_t i = 0; i < n; ++i) {
-        const auto port = static_cast<uint16_t>(lo + (start + i) % n);
-        if (!used.test(port)) return port;
-    }
-    return std::nullopt;
+    const PortBits& used = held(kind, proto);
+    // From `from` to hi, then from lo up to it.
+    int port = used.next_clear(static_cast<uint16_t>(lo + start), hi);
+    if (port < 0 && start > 0) port = used.next_clear(lo, static_cast<uint16_t>(lo + start - 1));
+    if (port < 0) return std::nullopt;
+    return static_cast<uint16_t>(port);
 }
 
 nlohmann::ordered_json PortMapTable::remove_if(const std::function<bool(const Key&, const std::string&)>& match) {

@@ -5,7 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <bitset>
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +44,31 @@ public:
 
 // The state file: written whole to a temporary file, fsync'd, renamed over the old one.
 std::unique_ptr<MapState> file_map_state(std::string path);
+
+// One bit per port number: which are held. next_clear() finds a free one 64 ports at a time (a
+// gateway whose automatic ports are all held asks for one at each tcp process that registers).
+class PortBits {
+public:
+    bool test(uint16_t port) const { return (w_[port >> 6] >> (port & 63)) & 1; }
+    void set(uint16_t port) { w_[port >> 6] |= uint64_t{1} << (port & 63); }
+    void reset(uint16_t port) { w_[port >> 6] &= ~(uint64_t{1} << (port & 63)); }
+    void reset() { w_.fill(0); }
+    // The first port in [from, to] not held, or -1.
+    int next_clear(uint16_t from, uint16_t to) const {
+        for (uint32_t p = from; p <= to;) {
+            const uint64_t free = ~w_[p >> 6] >> (p & 63);  // this word's ports from p on
+            if (free != 0) {
+                const uint32_t at = p + static_cast<uint32_t>(__builtin_ctzll(free));
+                return at <= to ? static_cast<int>(at) : -1;
+            }
+            p = (p | 63) + 1;
+        }
+        return -1;
+    }
+
+private:
+    std::array<uint64_t, 65536 / 64> w_{};
+};
 
 class PortMapTable {
 public:
@@ -137,11 +163,11 @@ private:
     std::vector<Key> deleted_config_;  // config mappings removed at run time
     // Which ports each kind holds, by protocol: taken() and add's duplicate check without a scan
     // of the lists (the gateway makes one automatic mapping per tcp process registering).
-    std::bitset<65536> held_ports_[2][2];  // [import, export][tcp, udp]
-    std::bitset<65536>& held(std::string_view kind, Proto proto) {
+    PortBits held_ports_[2][2];  // [import, export][tcp, udp]
+    PortBits& held(std::string_view kind, Proto proto) {
         return held_ports_[kind != "import"][static_cast<unsigned>(proto) & 1];
     }
-    const std::bitset<65536>& held(std::string_view kind, Proto proto) const {
+    const PortBits& held(std::string_view kind, Proto proto) const {
         return held_ports_[kind != "import"][static_cast<unsigned>(proto) & 1];
     }
     void index_ports();  // again from the lists, after they are replaced

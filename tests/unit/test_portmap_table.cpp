@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -271,6 +272,20 @@ TEST_F(PortMapTableTest, AddExportIsPublishedListedAndOnDiskWhenAddReturns) {
 
     EXPECT_EQ(t.list(std::nullopt)["exports"], json::array({kConfigExportJson, want}));
     EXPECT_EQ(t.export_count(), 2u);
+}
+
+TEST_F(PortMapTableTest, FreePortSearchesFromTheHintToTheTopThenWrapsToTheBottom) {
+    fedgate::PortMapTable& t = open();
+    // Export tcp 9000 is the config's; hold 9001..9003 and 9005 too: 9004 and 9006.. are free.
+    for (uint16_t p : {9001, 9002, 9003, 9005}) t.add(export_of("c2", Proto::tcp, p, "198.18.1.20:443"));
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 9000, 9006, 9000), 9004);
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 9000, 9006, 9005), 9006);
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 9000, 9005, 9005), 9004) << "past the top: from the bottom";
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 9000, 9003, 9002), std::nullopt) << "all held";
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 9000, 9003, 1), std::nullopt) << "a hint outside the range";
+    EXPECT_EQ(t.free_port("export", Proto::udp, 9000, 9003, 9002), 9002) << "udp holds none of them";
+    EXPECT_EQ(t.free_port("import", Proto::tcp, 9000, 9003, 9001), 9001) << "nor do imports";
+    EXPECT_EQ(t.free_port("export", Proto::tcp, 9006, 9000, 9006), std::nullopt) << "an empty range";
 }
 
 TEST_F(PortMapTableTest, ImportAndExportMayShareAProtoAndPort) {
@@ -772,3 +787,42 @@ TEST_F(PortMapTableTest, UnwritableStateDirRefusesChangesAndChangesNothing) {
 }
 
 }  // namespace
+
+// The free-port search a word at a time agrees with a port-by-port scan: random fills, every
+// density, ranges across word edges, a range of one port, and none free.
+TEST(PortBits, NextClearIsTheFirstFreePortInTheRangeAsAScanFindsIt) {
+    std::mt19937 rng(20261204);
+    for (int round = 0; round < 400; ++round) {
+        fedgate::PortBits bits;
+        std::vector<bool> naive(65536, false);
+        const uint32_t density = rng() % 101;  // percent held
+        const uint32_t base = rng() % 65536, span = rng() % 3000;
+        for (uint32_t p = base; p < std::min<uint32_t>(65536, base + span); ++p)
+            if (rng() % 100 < density) {
+                bits.set(static_cast<uint16_t>(p));
+                naive[p] = true;
+            }
+        for (int q = 0; q < 50; ++q) {
+            const uint32_t a = rng() % 65536, b = std::min<uint32_t>(65535, a + rng() % 400);
+            int want = -1;
+            for (uint32_t p = a; p <= b; ++p)
+                if (!naive[p]) {
+                    want = static_cast<int>(p);
+                    break;
+                }
+            ASSERT_EQ(bits.next_clear(static_cast<uint16_t>(a), static_cast<uint16_t>(b)), want) << a << ".." << b;
+        }
+    }
+    fedgate::PortBits all;
+    for (uint32_t p = 0; p < 65536; ++p) all.set(static_cast<uint16_t>(p));
+    EXPECT_EQ(all.next_clear(0, 65535), -1);
+    all.reset(65535);
+    EXPECT_EQ(all.next_clear(0, 65535), 65535);
+    EXPECT_EQ(all.next_clear(65535, 65535), 65535);
+    EXPECT_EQ(all.next_clear(100, 65534), -1);
+    all.reset(64);
+    EXPECT_EQ(all.next_clear(0, 64), 64);
+    EXPECT_EQ(all.next_clear(0, 63), -1);
+    EXPECT_TRUE(all.test(63));
+    EXPECT_FALSE(all.test(64));
+}
