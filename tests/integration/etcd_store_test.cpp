@@ -9,11 +9,13 @@
 // Without FEDGATE_ETCD_ENDPOINTS every case is skipped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "controlplane/cluster.hpp"
 #include "controlplane/kv_store.hpp"
 
 namespace {
@@ -151,6 +153,34 @@ TEST_F(Healthy, ARequestEtcdRefusesIsRefusedNotUnavailable) {
         EXPECT_NE(std::string(e.what()).find("too many operations"), std::string::npos) << e.what();
     }
     EXPECT_TRUE(s.range(p).empty()) << "all or none";
+}
+
+TEST_F(Healthy, ADirectoryWriteOverTheStoresTxnLimitGoesInAgainInTransactionsOf128) {
+    // [cluster] txn_ops 500 against members left at etcd's --max-txn-ops of 128: the first
+    // transaction is refused, and the write goes in again in transactions of 128, losing nothing.
+    EtcdStore s(eps_);
+    const char* run = std::getenv("FEDGATE_ETCD_RUN");
+    const fedgate::ClusterKeys keys(std::string("txn-ops-") + (run != nullptr ? run : "0"));
+    fedgate::StoreDirectory dir(s, keys, 500);
+    std::vector<fedgate::DirectoryStore::Op> ops;
+    for (uint32_t i = 1; i <= 300; ++i) {
+        fedgate::DmaAddress r;
+        r.pid = fedgate::ProcessId::make(1, 2, i);
+        r.epoch = 1;
+        r.transport = fedgate::Transport::tcp;
+        r.ipv4 = 0xC612010A;  // 198.18.1.10
+        r.port = static_cast<uint16_t>(7000 + i);
+        ops.push_back({false, {r, 0xC612010A, static_cast<uint16_t>(40000 + i)}});
+    }
+    dir.write(ops);
+    EXPECT_EQ(dir.txn_ops(), fedgate::StoreDirectory::kStoreDefaultTxnOps);
+    const auto all = dir.load();
+    ASSERT_EQ(all.size(), 300u);
+    for (const auto& p : all) EXPECT_EQ(p.record.port, 7000 + p.record.pid.local());
+    std::vector<std::string> k;
+    for (const auto& e : s.range(keys.processes())) k.push_back(e.key);
+    for (std::size_t at = 0; at < k.size(); at += 100)
+        s.erase({k.begin() + static_cast<std::ptrdiff_t>(at), k.begin() + static_cast<std::ptrdiff_t>(std::min(k.size(), at + 100))});
 }
 
 TEST_F(Healthy, AnEndpointWhereNothingListensIsUnavailableAndNotReached) {
