@@ -49,7 +49,8 @@ private:
 // both settings.
 class StoreDirectory final : public DirectoryStore {
 public:
-    static constexpr std::size_t kStoreDefaultTxnOps = 128;  // etcd's default --max-txn-ops
+    // What a refused size falls back to: etcd's default --max-txn-ops ([cluster] txn_ops's default).
+    static constexpr std::size_t kStoreDefaultTxnOps = kDefaultTxnOps;
     StoreDirectory(KvStore& store, const ClusterKeys& keys, std::size_t txn_ops = kStoreDefaultTxnOps)
         : store_(store), keys_(keys), txn_ops_(std::max<std::size_t>(txn_ops, 1)) {}
     void write(std::span<const Op> ops) override;

@@ -105,11 +105,15 @@ void MemStore::put_locked(const std::string& key, const std::string& value, int6
     e.lease = lease;
 }
 
+void MemStore::check_txn_size(std::size_t ops) const {
+    if (max_txn_ops_ != 0 && ops > max_txn_ops_) throw StoreRefused("etcdserver: too many operations in txn request");
+}
+
 void MemStore::put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease) {
     std::lock_guard lk(mu_);
     enter();
     if (lease != 0 && !leases_.contains(lease)) throw StoreRefused("requested lease not found");
-    if (max_txn_ops_ != 0 && kvs.size() > max_txn_ops_) throw StoreRefused("etcdserver: too many operations in txn request");
+    check_txn_size(kvs.size());
     ++revision_;
     for (const auto& [k, v] : kvs) put_locked(k, v, lease);
 }
@@ -117,7 +121,7 @@ void MemStore::put(const std::vector<std::pair<std::string, std::string>>& kvs, 
 void MemStore::erase(const std::vector<std::string>& keys) {
     std::lock_guard lk(mu_);
     enter();
-    if (max_txn_ops_ != 0 && keys.size() > max_txn_ops_) throw StoreRefused("etcdserver: too many operations in txn request");
+    check_txn_size(keys.size());
     ++revision_;
     for (const auto& k : keys) kv_.erase(k);
 }

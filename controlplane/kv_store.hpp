@@ -187,6 +187,7 @@ public:
 
 private:
     void enter();  // under mu_: throws when unavailable, expires leases
+    void check_txn_size(std::size_t ops) const;  // under mu_: throws as etcd does over --max-txn-ops
     void put_locked(const std::string& key, const std::string& value, int64_t lease);
     void revoke_locked(int64_t lease);
 

@@ -331,12 +331,12 @@ bool PortMapTable::taken(const std::string& kind, Proto proto, uint16_t port) co
 std::optional<uint16_t> PortMapTable::free_port(const std::string& kind, Proto proto, uint16_t lo, uint16_t hi,
                                                 uint16_t from) const {
     if (lo > hi) return std::nullopt;
-    const uint32_t start = from < lo || from > hi ? 0 : from - lo;
+    const uint16_t first = from < lo || from > hi ? lo : from;
     std::lock_guard lk(mu_);
     const PortBits& used = held(kind, proto);
     // From `from` to hi, then from lo up to it.
-    int port = used.next_clear(static_cast<uint16_t>(lo + start), hi);
-    if (port < 0 && start > 0) port = used.next_clear(lo, static_cast<uint16_t>(lo + start - 1));
+    int port = used.next_clear(first, hi);
+    if (port < 0 && first > lo) port = used.next_clear(lo, static_cast<uint16_t>(first - 1));
     if (port < 0) return std::nullopt;
     return static_cast<uint16_t>(port);
 }
