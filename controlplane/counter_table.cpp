@@ -358,6 +358,8 @@ constexpr Row kRows[] = {
            RESOLVE_DP(punted_handshakes)).resolver(),
     worker("resolution/resolve", "peer_msgs", "fedgate_resolve_peer_msgs", "Messages from peer gateways", RESOLVE_DP(peer_msgs)).resolver(),
     worker("resolution/resolve", "replies_sent", "fedgate_resolve_replies_sent", "Replies sent to compute processes", RESOLVE_DP(replies_sent)).resolver(),
+    worker("resolution/resolve", "hits_in_place", "fedgate_resolve_hits_in_place",
+           "Replies sent: cache hits answered in the request's own packet", RESOLVE_DP(hits_in_place)).resolver(),
     worker("resolution/resolve", "queries_sent", "fedgate_resolve_queries_sent", "Queries sent to peer gateways", RESOLVE_DP(queries_sent)).resolver(),
     worker("resolution/resolve", "answers_sent", "fedgate_resolve_answers_sent", "Answers sent to peer gateways", RESOLVE_DP(answers_sent)).resolver(),
     worker("resolution/resolve", "events_lost", "fedgate_resolve_events_lost", "Events the control threads could not take (ring full)",

@@ -77,20 +77,35 @@ constexpr uint32_t pseudo_header_sum(uint32_t src, uint32_t dst, uint8_t proto, 
     return (src & 0xffff) + (src >> 16) + (dst & 0xffff) + (dst >> 16) + stored16(proto) + stored16(l4_len);
 }
 
-// True when a 20-byte IPv4 header (no options) sums to all ones, checksum included: five 32-bit
-// words added into 64 bits and folded, in whatever order they are stored (the test is symmetric).
-inline bool ipv4_header20_ok(const uint8_t* ip) {
+// The in-memory-order one's-complement sum of `len` bytes, unfolded: fold_sum() of it is what
+// rte_raw_cksum gives (a 32-bit word is its two 16-bit halves modulo 0xffff, the modulus the fold
+// works in; an odd last byte counts as that byte followed by a zero, as DPDK counts it). 32 bits at
+// a time: on the short datagrams the lcore checks, DPDK's loop of 16-bit words (and the vector
+// set-up the compiler gives it) was an eighth of a cache hit's time in `perf`.
+inline uint64_t raw_sum(const uint8_t* p, std::size_t len) {
     uint64_t sum = 0;
-    for (int i = 0; i < 5; ++i) {
+    std::size_t i = 0;
+    for (; i + 4 <= len; i += 4) {
         uint32_t w;
-        std::memcpy(&w, ip + 4 * i, 4);
+        std::memcpy(&w, p + i, 4);
         sum += w;
     }
-    sum = (sum & 0xffffffff) + (sum >> 32);
-    sum = (sum & 0xffffffff) + (sum >> 32);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    return sum == 0xffff;
+    if (i + 2 <= len) {
+        uint16_t w;
+        std::memcpy(&w, p + i, 2);
+        sum += w;
+        i += 2;
+    }
+    if (i < len) {
+        uint16_t w = 0;
+        std::memcpy(&w, p + i, 1);
+        sum += w;
+    }
+    return sum;
 }
+
+// True when a 20-byte IPv4 header (no options) sums to all ones, checksum included: five 32-bit
+// words added into 64 bits and folded, in whatever order they are stored (the test is symmetric).
+inline bool ipv4_header20_ok(const uint8_t* ip) { return fold_sum(raw_sum(ip, 20)) == 0xffff; }
 
 }  // namespace fedgate

@@ -307,7 +307,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     // Each packet is either on the established-flow path (fast[j]: parse_fast's shape, addressed to
     // this port's MAC, nothing the checks before the NAT would stop) or parsed in full.
     FastPacket f[kBurst];
-    bool fast[kBurst];
+    bool fast[kBurst], service[kBurst];
     // Left unwritten (not value-initialised, ~1.5 KB a burst) until parse() fills one in.
     alignas(ParsedPacket) unsigned char parsed_space[kBurst * sizeof(ParsedPacket)];
     ParsedPacket* const p = reinterpret_cast<ParsedPacket*>(parsed_space);
@@ -321,12 +321,12 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         bytes += rte_pktmbuf_pkt_len(m);
         const FastKind kind = fast_candidate(m, in, f[j]);
         fast[j] = kind == FastKind::flow;
+        service[j] = kind == FastKind::service;
         if (fast[j]) {
             hash[j] = nat_.prefetch(Nat::key_of(f[j]));
             continue;
         }
-        if (kind == FastKind::service) {  // the resolution service's or RoCE's: no flow, no second parse
-            new (&p[j]) ParsedPacket(parsed_of_fast(rte_pktmbuf_mtod(m, const uint8_t*), f[j]));
+        if (service[j]) {  // the resolution service's or RoCE's: no flow, no second parse (below)
             parsed[j] = DropReason::none;
             hash[j] = Nat::kNoFlowHash;
             continue;
@@ -351,6 +351,10 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     for (uint16_t j = 0; j < n; ++j) {
         rte_mbuf* const m = pkts[j];
         if (!fast[j]) {
+            if (service[j]) {
+                if (answer_hit_in_place(m, in, f[j])) continue;
+                new (&p[j]) ParsedPacket(parsed_of_fast(rte_pktmbuf_mtod(m, const uint8_t*), f[j]));
+            }
             handle(m, in, p[j], parsed[j], hash[j]);
             continue;
         }
@@ -893,19 +897,91 @@ void Dataplane::publish_gauges() {
 // ---------------------------------------------------------------------------------------------
 // The resolution service: client requests on internal ports, peer messages on the external port.
 
-void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
-    const auto* ip = at<rte_ipv4_hdr>(m, p.l3_offset);
-    const auto* udp = at<rte_udp_hdr>(m, p.l4_offset);
-    // The port's verdict on the UDP checksum where it gives one (RX offload), else summed here.
-    const uint64_t l4_cksum = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
-    if (l4_cksum == RTE_MBUF_F_RX_L4_CKSUM_BAD && udp->dgram_cksum != 0)
-        return drop(m, in, DropReason::resolve_malformed);
-    if (udp->dgram_cksum != 0 && l4_cksum != RTE_MBUF_F_RX_L4_CKSUM_GOOD && l4_cksum != RTE_MBUF_F_RX_L4_CKSUM_NONE) {
-        // Pseudo-header plus the segment, checksum included, sums to all ones when it is right.
-        const uint64_t sum = uint64_t{pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, p.l4_len)} +
-                             rte_raw_cksum(udp, p.l4_len);
-        if (fold_sum(sum) != 0xffff) return drop(m, in, DropReason::resolve_malformed);
+namespace {
+// load_be64 as one load and a swap (GCC had left load_be64 a call in the functions below).
+[[gnu::always_inline]] inline uint64_t be64_at(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, sizeof v);
+    return rte_be_to_cpu_64(v);
+}
+}  // namespace
+
+[[gnu::always_inline]] inline bool Dataplane::udp_checksum_ok(const rte_mbuf* m, const rte_ipv4_hdr* ip,
+                                                               const rte_udp_hdr* udp, uint16_t l4_len) {
+    if (udp->dgram_cksum == 0) return true;  // none sent
+    const uint64_t verdict = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+    if (verdict == RTE_MBUF_F_RX_L4_CKSUM_BAD) return false;
+    if (verdict == RTE_MBUF_F_RX_L4_CKSUM_GOOD || verdict == RTE_MBUF_F_RX_L4_CKSUM_NONE) return true;
+    // Pseudo-header plus the segment, checksum included, sums to all ones when it is right.
+    const uint64_t sum = uint64_t{pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, l4_len)} +
+                         raw_sum(reinterpret_cast<const uint8_t*>(udp), l4_len);
+    return fold_sum(sum) == 0xffff;
+}
+
+bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& f) {
+    constexpr uint32_t kL4 = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr), kMsg = kL4 + sizeof(rte_udp_hdr);
+    constexpr uint16_t kRequestIpLen = sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader) + sizeof(ResolveBody);
+    constexpr uint16_t kReplyBody = sizeof(ResolveReplyBody), kReplyFrame = kMsg + sizeof(MsgHeader) + kReplyBody;
+    if (!resolve_cfg_.hits_in_place || resolver_ == nullptr || f.ip_proto != kIpProtoUdp ||
+        f.dst_port != resolve_port_be_)
+        return false;
+    // Where handle_ipv4() and handle_resolve() would do something else: another worker's packet
+    // (owner_of() keeps a client's request on an RSS port's queue), not to us, on the external port.
+    const Port& port = ports_[in];
+    if (port.cfg.role == PortRole::external || (worker_.count != 1 && !port.cfg.rss) || !owns_address(f.dst_ip))
+        return false;
+    // The reply goes where the request is: one direct segment of its own, at the offset a reset
+    // leaves (so the reset keeps the request's bytes where they are), with room for the reply.
+    if (m->nb_segs != 1 || !RTE_MBUF_DIRECT(m) || rte_mbuf_refcnt_read(m) != 1 ||
+        m->data_off != std::min<uint16_t>(RTE_PKTMBUF_HEADROOM, m->buf_len) || m->buf_len - m->data_off < kReplyFrame)
+        return false;
+    uint8_t* const d = rte_pktmbuf_mtod(m, uint8_t*);
+    auto* const ip = reinterpret_cast<rte_ipv4_hdr*>(d + sizeof(rte_ether_hdr));
+    if (ip->total_length != rte_cpu_to_be_16(kRequestIpLen)) return false;  // parse_fast: UDP's length is the IP's
+    // A client's resolve request as parse_message() takes it, with nothing in the fields a client
+    // leaves at 0 (party, channel, key ID, reserved); any other header is the general path's.
+    uint8_t* const msg = d + kMsg;
+    constexpr uint8_t kRequestHead[8] = {kMsgMagic >> 8, kMsgMagic & 0xff, kMsgVersion, static_cast<uint8_t>(MsgType::resolve),
+                                         0, 0, 0, sizeof(ResolveBody)};
+    if (std::memcmp(msg, kRequestHead, sizeof kRequestHead) != 0 || load_be32(msg + offsetof(MsgHeader, channel)) != 0)
+        return false;
+    if (!udp_checksum_ok(m, ip, reinterpret_cast<const rte_udp_hdr*>(d + kL4), kRequestIpLen - sizeof(rte_ipv4_hdr)))
+        return false;
+    ReplyRoute& rr = reply_routes_[(f.src_ip * 0x9e3779b1u) >> 24];
+    if (rr.ip != f.src_ip) {
+        uint32_t nh = 0;
+        const int out = route(port_cfgs_, f.src_ip, &nh);
+        if (out < 0) return false;
+        rr = ReplyRoute{f.src_ip, nh, static_cast<uint16_t>(out), 0};
     }
+    const ProcessId target{be64_at(msg + sizeof(MsgHeader))};
+    const Resolver::CacheAnswer a = resolver_->request_hit(target, now_ms_);
+    if (a.entry == nullptr) return false;
+    resolve_counters_.client_msgs.add();
+
+    // start_message()'s work, on the request: the frame's length, the header's type and body length
+    // (magic, version, the request ID and the zeros stay), the body written over the request's.
+    rte_pktmbuf_reset(m);
+    m->data_len = kReplyFrame;
+    m->pkt_len = kReplyFrame;
+    msg[offsetof(MsgHeader, type)] = static_cast<uint8_t>(MsgType::resolve_reply);
+    store_be16(msg + offsetof(MsgHeader, body_len), kReplyBody);
+    Header h;
+    h.type = MsgType::resolve_reply;
+    h.sender_party = 0;
+    h.body_len = kReplyBody;
+    h.seq = be64_at(msg + offsetof(MsgHeader, seq));
+    h.channel = h.key_id = 0;
+    OutMessage o(m, msg + sizeof(MsgHeader), ip, h, f.src_ip, rr.nh, f.src_port, rr.out, sizeof(MsgHeader) + kReplyBody,
+                 -1, &rr.neigh);
+    resolve_counters_.hits_in_place.add();
+    finish_message(o, write_hit_body(o.body, target, a.source, *a.entry), 0);
+    return true;
+}
+
+void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
+    if (!udp_checksum_ok(m, at<rte_ipv4_hdr>(m, p.l3_offset), at<rte_udp_hdr>(m, p.l4_offset), p.l4_len))
+        return drop(m, in, DropReason::resolve_malformed);
     ParsedMsg msg;
     const std::span<const uint8_t> dgram(rte_pktmbuf_mtod_offset(m, const uint8_t*, p.payload_offset), p.payload_len);
     if (parse_message(dgram, msg) != WireError::ok) return drop(m, in, DropReason::resolve_malformed);
@@ -1101,7 +1177,7 @@ Dataplane::OutMessage Dataplane::start_message(uint32_t dst, uint16_t dst_port, 
     return o;
 }
 
-void Dataplane::finish_message(OutMessage& o, uint32_t body_sum, uint16_t summed_from) {
+[[gnu::always_inline]] inline void Dataplane::finish_message(OutMessage& o, uint32_t body_sum, uint16_t summed_from) {
     rte_mbuf* const m = o.m;
     rte_ipv4_hdr* const ip = o.ip;
     const uint16_t body_len = o.h.body_len, msg_len = o.msg_len, out = o.out;
@@ -1122,7 +1198,7 @@ void Dataplane::finish_message(OutMessage& o, uint32_t body_sum, uint16_t summed
         write_udp_ipv4(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len, body_sum,
                        static_cast<uint16_t>(sizeof(MsgHeader) + summed_from));
     }
-    send_ipv4(m, out, o.nh);
+    send_ipv4(m, out, o.nh, o.neigh);
 }
 
 uint32_t Dataplane::header_sum(const Header& h) {
@@ -1203,8 +1279,13 @@ void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource sou
     if (r.control != nullptr) return reply(r, target, ResolveStatus::ok, source, &e.record);
     OutMessage o = start_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, sizeof(ResolveReplyBody), -1);
     if (o.body == nullptr) return;
+    finish_message(o, write_hit_body(o.body, target, source, e), 0);
+}
+
+[[gnu::always_inline]] inline uint32_t Dataplane::write_hit_body(uint8_t* body, ProcessId target, AnswerSource source,
+                                                                 const CacheEntry& e) {
     // Written in place, field by field: nothing of the reply is read back, here or to sum it.
-    auto* b = reinterpret_cast<ResolveReplyBody*>(o.body);
+    auto* b = reinterpret_cast<ResolveReplyBody*>(body);
     b->status = static_cast<uint8_t>(ResolveStatus::ok);
     b->source = static_cast<uint8_t>(source);
     b->reserved[0] = b->reserved[1] = 0;
@@ -1215,10 +1296,8 @@ void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource sou
     const uint32_t folded = (e.wire_sum & 0xffff) + (e.wire_sum >> 16);
     const uint16_t be_sum = static_cast<uint16_t>((folded & 0xffff) + (folded >> 16));
     // The whole body's sum, its head (status, source, reserved, target) from the values written.
-    const uint32_t body_sum = stored16(static_cast<uint16_t>(static_cast<uint8_t>(ResolveStatus::ok) << 8 |
-                                                             static_cast<uint8_t>(source))) +
-                              stored64_sum(target.value) + stored16(be_sum);
-    finish_message(o, body_sum, 0);
+    return stored16(static_cast<uint16_t>(static_cast<uint8_t>(ResolveStatus::ok) << 8 | static_cast<uint8_t>(source))) +
+           stored64_sum(target.value) + stored16(be_sum);
 }
 
 void Dataplane::query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) {

@@ -76,6 +76,19 @@ public:
 
     // A compute process (or the control threads) asks for `target`.
     void request(const Requester& r, ProcessId target, uint64_t now_ms);
+    // What the cache answers `target` with at once, as request() answers it: the entry (a "not
+    // found" one included) and the source the reply names; a null entry when the cache cannot
+    // answer and request() goes on to the pending table and the peers.
+    struct CacheAnswer {
+        const CacheEntry* entry = nullptr;
+        AnswerSource source = AnswerSource::cache;
+    };
+    CacheAnswer cache_answer(ProcessId target, uint64_t now_ms) const;
+    // request() for a caller that writes the reply itself (a data-plane worker answering in the
+    // request's own packet): when the cache holds a record for `target`, counts the request and
+    // the hit as request() does and returns the entry; otherwise counts nothing and returns a null
+    // entry, and the caller makes the request() instead.
+    CacheAnswer request_hit(ProcessId target, uint64_t now_ms);
     // A peer (index) answered query `query_id`; `record` null means "not here".
     void answer(int peer, uint64_t query_id, ProcessId target, const DmaAddress* record, uint64_t now_ms);
     // A peer asks us. Returns the local record that answers it, or null ("not here").

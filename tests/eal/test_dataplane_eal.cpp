@@ -23,6 +23,7 @@
 #include <chrono>
 #include <thread>
 #include <filesystem>
+#include <functional>
 
 #include "controlplane/counter_table.hpp"
 #include "dataplane/dataplane.hpp"
@@ -622,6 +623,13 @@ protected:
 
     void SetUp() override {
         DataplaneTest::SetUp();
+        events_ = rte_ring_create_elem("resolve_events", sizeof(ResolveEvent), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+        ASSERT_NE(events_, nullptr);
+        make_resolver(true);
+    }
+    // The data plane of this fixture; `hits_in_place` false: every request by the general path.
+    void make_resolver(bool hits_in_place) {
+        dp_.reset();
         std::vector<DpPortConfig> pc(2);
         MacAddr node, peer;
         std::memcpy(node.data(), kNode.data(), 6);
@@ -632,8 +640,7 @@ protected:
         cfg.resolve.port = kPort;
         cfg.resolve.resolver.party_id = 1;
         cfg.resolve.peers.push_back(DpPeer{be(kPeerIp), 2, kKey, kKeyId, {}, 0});
-        events_ = rte_ring_create_elem("resolve_events", sizeof(ResolveEvent), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-        ASSERT_NE(events_, nullptr);
+        cfg.resolve.hits_in_place = hits_in_place;
         dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, events_, &bell_.wake},
                                           DpShared{nullptr, nullptr, 0, &cache_});
     }
@@ -706,6 +713,93 @@ TEST_F(ResolveDataplaneTest, CacheHitIsAnsweredByTheLcoreWithExactBytesAndChecks
     EXPECT_EQ(test::inet_checksum(&out[0][14], 20), 0);
     EXPECT_EQ(dp_->resolver()->counters().hits.get(), 1u);
     EXPECT_TRUE(sent(1).empty());
+}
+
+// A cache hit is answered in the request's own mbuf from the burst loop; every request near one in
+// shape goes there or to the general path, and either way leaves as the general path alone sends
+// it: the same frames out of both ports, the same drops, the same counts (fedgated built with
+// hits_in_place off is the reference).
+TEST_F(ResolveDataplaneTest, HitsAnsweredInPlaceAreTheGeneralPathsFramesAndCounts) {
+    const DmaAddress local = record(ProcessId::make(1, 5, 5)), announced = record(ProcessId::make(2, 7, 7));
+    cache_.upsert(local.pid, local, CacheKind::local, 1, UINT64_MAX);
+    cache_.upsert(announced.pid, announced, CacheKind::announced, 2, UINT64_MAX);
+    cache_.upsert(ProcessId::make(2, 6, 6), DmaAddress{}, CacheKind::negative, 2, UINT64_MAX);
+    struct In {
+        int port;
+        std::vector<uint8_t> frame;
+        uint64_t ol_flags = 0;
+    };
+    // A request whose message bytes `edit` changes (the UDP checksum summed after it).
+    const auto edited = [&](ProcessId target, uint64_t id, const std::function<void(std::vector<uint8_t>&)>& edit,
+                            const char* src = kNodeIp, const char* dst = kInternalIp) {
+        ResolveBody b;
+        store_be64(b.target, target.value);
+        std::vector<uint8_t> msg = message(MsgType::resolve, 0, id, &b, sizeof b, nullptr);
+        edit(msg);
+        return PacketBuilder().eth(gw_in_, kNode).ipv4(src, dst).udp(40000, kPort).payload(msg).build();
+    };
+    const auto as_is = [](std::vector<uint8_t>&) {};
+    std::vector<In> in;
+    in.push_back({0, resolve_request(local.pid, 1)});                                 // a local record: in place
+    in.push_back({0, resolve_request(announced.pid, 2)});                             // an announced one: in place
+    in.push_back({0, resolve_request(ProcessId::make(0, 5, 5), 3)});                  // party 0, ours: in place
+    in.push_back({0, resolve_request(local.pid, 4)});                                 // the requester's route again
+    in.push_back({0, edited(local.pid, 5, as_is, kNodeIp, kExternalIp)});             // to our other address: in place
+    in.push_back({0, edited(local.pid, 6, as_is, "198.18.1.20")});                    // a requester to ARP for: in place
+    std::vector<uint8_t> no_sum = resolve_request(local.pid, 7);
+    no_sum[40] = no_sum[41] = 0;                                                       // no UDP checksum: in place
+    in.push_back({0, no_sum});
+    std::vector<uint8_t> wrong_sum = resolve_request(local.pid, 8);
+    wrong_sum[41] ^= 0x01;
+    in.push_back({0, wrong_sum});                                                      // dropped
+    in.push_back({0, wrong_sum, RTE_MBUF_F_RX_L4_CKSUM_GOOD});                         // the device says good: in place
+    in.push_back({0, resolve_request(local.pid, 9), RTE_MBUF_F_RX_L4_CKSUM_BAD});      // the device says bad: dropped
+    in.push_back({0, resolve_request(ProcessId::make(2, 6, 6), 10)});                  // "not found", cached
+    in.push_back({0, resolve_request(ProcessId::make(1, 9, 9), 11)});                  // ours, not registered
+    in.push_back({0, resolve_request(ProcessId{0}, 12)});                              // a bad request
+    in.push_back({0, edited(local.pid, 13, [](auto& m) { m[5] = 3; })});                // a sender party
+    in.push_back({0, edited(local.pid, 14, [](auto& m) { m[16] = 1; })});               // a channel
+    in.push_back({0, edited(local.pid, 15, [](auto& m) { m[17] = 1; })});               // a key ID: malformed
+    in.push_back({0, edited(local.pid, 16, [](auto& m) { m[18] = 1; })});               // reserved: malformed
+    in.push_back({0, edited(local.pid, 17, [](auto& m) { m.push_back(0); })});          // a byte past the body
+    in.push_back({0, edited(local.pid, 18, [](auto& m) { m[7] = 9, m.push_back(0); })}); // a body of 9
+    in.push_back({0, edited(local.pid, 19, [](auto& m) { m[0] = 'X'; })});              // not our magic
+    in.push_back({0, edited(local.pid, 20, [](auto& m) { m[3] = static_cast<uint8_t>(MsgType::resolve_reply); })});
+    in.push_back({1, PacketBuilder().eth(gw_ext_, kPeerGw).ipv4(kPeerIp, kExternalIp).udp(40000, kPort)
+                         .payload(edited(local.pid, 21, as_is)).build()});             // on the external port
+    const std::size_t in_place = 8;
+
+    struct Out {
+        std::vector<std::vector<uint8_t>> frames[2];
+        std::vector<uint64_t> drops;
+        std::vector<uint64_t> counts;
+    };
+    const auto run = [&](bool hits_in_place) {
+        make_resolver(hits_in_place);
+        for (const In& i : in) receive(i.port, i.frame, i.ol_flags);
+        for (int k = 0; k < 4; ++k) dp_->poll_once();
+        Out o;
+        for (int port = 0; port < 2; ++port) {
+            o.frames[port] = sent(port);
+            for (std::size_t r = 0; r < kDropReasonCount; ++r) o.drops.push_back(drops(port, static_cast<DropReason>(r)));
+        }
+        const ResolverCounters& c = dp_->resolver()->counters();
+        const ResolveDpCounters& d = dp_->resolve_counters();
+        for (const Counter* n : {&c.requests, &c.hits, &c.negative_hits, &c.misses, &c.not_found, &c.bad_requests,
+                                 &d.client_msgs, &d.replies_sent, &d.peer_msgs})
+            o.counts.push_back(n->get());
+        EXPECT_EQ(d.hits_in_place.get(), hits_in_place ? in_place : 0u);
+        return o;
+    };
+    const Out fast = run(true), general = run(false);
+    ASSERT_EQ(fast.frames[0].size(), general.frames[0].size());
+    for (std::size_t i = 0; i < fast.frames[0].size(); ++i) EXPECT_EQ(fast.frames[0][i], general.frames[0][i]) << "frame " << i;
+    EXPECT_EQ(fast.frames[1], general.frames[1]);
+    EXPECT_EQ(fast.drops, general.drops);
+    EXPECT_EQ(fast.counts, general.counts);
+    // What the general path did with them, so that the comparison is not of two empty runs.
+    EXPECT_EQ(general.frames[0].size(), 13u);  // 12 replies and an ARP request (a 13th reply waits on it)
+    EXPECT_EQ(fast.counts[1], in_place + 2u) << "hits: those answered in place, with a sender party and a channel";
 }
 
 // A port whose device fills in checksums (TX offload): the reply leaves with the offload asked for

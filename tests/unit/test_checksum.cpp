@@ -29,6 +29,20 @@ TEST(Checksum, AdjustAgreesWithFullRecomputationForRandomEdits) {
     }
 }
 
+// raw_sum (32 bits at a time) folds to DPDK's rte_raw_cksum (16 bits at a time) on every length,
+// odd ones and zero included, at every alignment, on random bytes and on the extremes.
+TEST(Checksum, RawSumFoldsToDpdksSumOnEveryLengthAndAlignment) {
+    std::mt19937 rng(7);
+    std::vector<uint8_t> buf(160);
+    for (int fill = 0; fill < 3; ++fill) {
+        for (auto& b : buf) b = fill == 0 ? static_cast<uint8_t>(rng()) : fill == 1 ? 0xff : 0x00;
+        for (std::size_t off = 0; off < 4; ++off)
+            for (std::size_t len = 0; len + off <= buf.size(); ++len)
+                ASSERT_EQ(fold_sum(raw_sum(buf.data() + off, len)), rte_raw_cksum(buf.data() + off, len))
+                    << "fill " << fill << ", offset " << off << ", length " << len;
+    }
+}
+
 TEST(Checksum, TheTwentyByteHeaderCheckAgreesWithTheBuildersSum) {
     std::mt19937 rng(11);
     int good = 0;
