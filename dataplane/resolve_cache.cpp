@@ -32,11 +32,6 @@ ResolveCache::~ResolveCache() {
     for (CacheEntry* e : retired_) delete e;
 }
 
-std::size_t ResolveCache::bucket(ProcessId key) const {
-    // IDs differ mostly in their low (local) bits and in the party; a multiplicative hash spreads both.
-    return static_cast<std::size_t>((key.value * 0x9e3779b97f4a7c15ull) >> 32) & mask_;
-}
-
 const CacheEntry* ResolveCache::find(ProcessId key, uint64_t now_ms) const {
     for (const CacheEntry* e = buckets_[bucket(key)].load(std::memory_order_acquire); e != nullptr;
          e = e->next.load(std::memory_order_acquire)) {
