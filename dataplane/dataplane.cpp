@@ -1206,15 +1206,6 @@ Dataplane::OutMessage Dataplane::start_message(uint32_t dst, uint16_t dst_port, 
     send_ipv4(m, out, o.nh, o.neigh);
 }
 
-uint32_t Dataplane::header_sum(const Header& h) {
-    // Two bytes in a row sum as the 16-bit word they make in network order.
-    const auto pair = [](uint8_t first, uint8_t second) {
-        return stored16(static_cast<uint16_t>(first << 8 | second));
-    };
-    return uint32_t{stored16(kMsgMagic)} + pair(kMsgVersion, static_cast<uint8_t>(h.type)) + stored16(h.sender_party) +
-           stored16(h.body_len) + stored64_sum(h.seq) + pair(h.channel, h.key_id);
-}
-
 void Dataplane::write_udp_ipv4_headers(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
                                        uint16_t payload_len) {
     const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + payload_len);
