@@ -41,6 +41,7 @@ uint32_t SessionTable::random_seed() { return std::random_device{}(); }
 SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed) : seed_(seed) {
     if (max_sessions == 0) throw std::invalid_argument("session table: max_sessions must be positive");
     if (max_sessions > kMaxSessions) throw std::invalid_argument("session table: max_sessions above 16M");
+    static_assert((uint64_t{kMaxSessions} << 1) <= (uint64_t{1} << kProtoShift), "a slot's reference holds every session");
     pool_ = FixedArray<Session>(max_sessions);
     free_.resize(max_sessions);
     // Popped from the back: hand out index 0 first so a fresh table fills in pool order.
@@ -57,17 +58,15 @@ SessionTable::Hit SessionTable::find(const FlowKey& k) { return find(k, hash_of(
 SessionTable::Hit SessionTable::find(const FlowKey& k, uint32_t h) {
     const Slot& s = slots_[slot_of(k, h)];
     if (s.ref == kEmpty) return {};
-    return {&pool_[s.ref >> 1], static_cast<uint8_t>(s.ref & 1)};
+    return {&pool_[session_of(s.ref)], static_cast<uint8_t>(s.ref & 1)};
 }
 
 bool SessionTable::contains(const FlowKey& k) const { return slots_[slot_of(k, hash_of(k))].ref != kEmpty; }
 
 bool SessionTable::index(const FlowKey& k, uint32_t ref) {
-    const uint32_t h = hash_of(k);
-    Slot& s = slots_[slot_of(k, h)];
+    Slot& s = slots_[slot_of(k, hash_of(k))];
     if (s.ref != kEmpty) return false;
-    s = {k, h, ref};
-    s.key.pad[0] = s.key.pad[1] = s.key.pad[2] = 0;
+    s = Slot{addrs_of(k), ports_of(k), static_cast<uint32_t>(k.proto) << kProtoShift | ref};
     return true;
 }
 
@@ -78,7 +77,7 @@ void SessionTable::unindex(const FlowKey& k) {
     slots_[hole] = Slot{};
     // Shift later members of the probe chain back so lookups never stop at the hole early.
     for (uint32_t j = (hole + 1) & mask_; slots_[j].ref != kEmpty; j = (j + 1) & mask_) {
-        const uint32_t home = slots_[j].hash & mask_;
+        const uint32_t home = hash_of(slots_[j].key()) & mask_;
         // Move j into the hole if its home is not in the cyclic range (hole, j].
         const bool home_between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
         if (!home_between) {
@@ -90,7 +89,9 @@ void SessionTable::unindex(const FlowKey& k) {
 }
 
 Session* SessionTable::insert(const FlowKey& forward, const FlowKey& reverse) {
-    if (free_.empty() || forward == reverse) return nullptr;
+    // A protocol the index cannot hold is refused like a full table (the NAT makes sessions for
+    // TCP and UDP only).
+    if (free_.empty() || forward == reverse || forward.proto > kMaxProto || reverse.proto > kMaxProto) return nullptr;
     const uint32_t idx = free_.back();
     Session& s = pool_[idx];
     s = Session{};

@@ -69,7 +69,7 @@ static_assert(sizeof(Session) == 128);
 
 // A fixed array of value-initialised T, allocated once. Large ones are 2 MB aligned and advised to
 // transparent huge pages before their first touch: a million sessions are 128 MB (and their index
-// 96 MB) that lookups reach at random, and 4 KB pages would add a TLB miss to most of them.
+// 64 MB) that lookups reach at random, and 4 KB pages would add a TLB miss to most of them.
 template <typename T>
 class FixedArray {
 public:
@@ -126,18 +126,13 @@ public:
     // indexes; then find(k, h) reads both from cache. The prefetches never change the outcome.
     uint32_t hash(const FlowKey& k) const {
         const uint32_t h = hash_of(k);
-        // A 24-byte slot straddles two cache lines at 2 of the 8 offsets it can start at: fetch
-        // the second line only then (each prefetch holds a miss buffer while it is out; a burst's
-        // worth of them at once is what a large table waits on).
-        const char* slot = reinterpret_cast<const char*>(&slots_[h & mask_]);
-        __builtin_prefetch(slot);
-        if ((reinterpret_cast<uintptr_t>(slot) & 63) > 64 - sizeof(Slot)) __builtin_prefetch(slot + sizeof(Slot) - 1);
+        __builtin_prefetch(&slots_[h & mask_]);  // four slots to a line, none across two
         return h;
     }
     // Returns the slot it found (the key's, or the empty one ending its chain) for find(k, h, slot).
     uint32_t prefetch_session(const FlowKey& k, uint32_t h) const {
         const uint32_t i = slot_of(k, h);
-        if (slots_[i].ref != kEmpty) __builtin_prefetch(&pool_[slots_[i].ref >> 1]);
+        if (slots_[i].ref != kEmpty) __builtin_prefetch(&pool_[session_of(slots_[i].ref)]);
         return i;
     }
     Hit find(const FlowKey& k, uint32_t h);  // h = hash(k)
@@ -146,7 +141,7 @@ public:
     // never changes the outcome.
     Hit find(const FlowKey& k, uint32_t h, uint32_t slot) {
         const Slot& s = slots_[slot & mask_];
-        if (s.ref != kEmpty && s.hash == h && s.key == k) return {&pool_[s.ref >> 1], static_cast<uint8_t>(s.ref & 1)};
+        if (s.ref != kEmpty && s.holds(k)) return {&pool_[session_of(s.ref)], static_cast<uint8_t>(s.ref & 1)};
         return find(k, h);
     }
     // Makes a session indexed under both keys, with in_use set and everything else zeroed, or
@@ -170,14 +165,31 @@ public:
 
 private:
     // The key is kept in the slot, so a lookup compares it without touching the session; the
-    // session is read only on a match (its hot line).
+    // session is read only on a match (its hot line). 16 bytes, so that four fill a cache line and
+    // none straddles two (at 24, with the key's hash kept too, a third of them did, and a burst's
+    // prefetches waited on miss buffers): the protocol rides in the reference's top bits, and the
+    // hash, needed only when a deletion moves a slot, is computed again from the key then.
     struct Slot {
-        FlowKey key;
-        uint32_t hash = 0;
-        uint32_t ref = kEmpty;  // session index << 1 | direction
+        uint64_t addrs = 0;     // the key's dst << 32 | src
+        uint32_t ports = 0;     // sport << 16 | dport
+        uint32_t ref = kEmpty;  // proto << 25 | session index << 1 | direction
+        bool holds(const FlowKey& k) const {
+            return addrs == addrs_of(k) && ports == ports_of(k) && (ref >> kProtoShift) == k.proto;
+        }
+        FlowKey key() const {
+            return FlowKey{static_cast<uint32_t>(addrs), static_cast<uint32_t>(addrs >> 32), static_cast<uint16_t>(ports >> 16),
+                           static_cast<uint16_t>(ports), static_cast<uint8_t>(ref >> kProtoShift), {0, 0, 0}};
+        }
     };
-    static_assert(sizeof(Slot) == 24);
+    static_assert(sizeof(Slot) == 16);
     static constexpr uint32_t kEmpty = UINT32_MAX;
+    // Session indices take 24 bits (16M sessions), the direction one: protocols up to 126 fit
+    // above them (127 with every lower bit set is kEmpty, which no lookup compares).
+    static constexpr unsigned kProtoShift = 25;
+    static constexpr uint8_t kMaxProto = 126;
+    static constexpr uint64_t addrs_of(const FlowKey& k) { return static_cast<uint64_t>(k.dst) << 32 | k.src; }
+    static constexpr uint32_t ports_of(const FlowKey& k) { return static_cast<uint32_t>(k.sport) << 16 | k.dport; }
+    static constexpr uint32_t session_of(uint32_t ref) { return (ref & ((1u << kProtoShift) - 1)) >> 1; }
 
     // CRC32-C of the key as two 64-bit words from the table's seed, then a multiply-xorshift
     // finaliser: CRC is linear in its input, so flows that differ in a few bits would crowd into a
@@ -211,7 +223,7 @@ private:
 inline uint32_t SessionTable::slot_of(const FlowKey& k, uint32_t h) const {
     uint32_t i = h & mask_;
     for (; slots_[i].ref != kEmpty; i = (i + 1) & mask_)
-        if (slots_[i].hash == h && slots_[i].key == k) break;
+        if (slots_[i].holds(k)) break;
     return i;
 }
 

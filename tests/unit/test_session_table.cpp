@@ -99,6 +99,35 @@ TEST(SessionTable, UnknownKeyIsNotFound) {
     EXPECT_EQ(t.find(key(1, kTcp)).session, nullptr);
 }
 
+// The protocol is kept in the index slot's reference bits: the same addresses and ports under TCP
+// and UDP are two sessions, found apart, the largest protocol number that fits too, and a protocol
+// the slot cannot hold is refused as a full table is, with nothing indexed.
+TEST(SessionTable, TheProtocolTellsKeysApartAndOneThatDoesNotFitIsRefused) {
+    SessionTable t(3);
+    Session* udp = t.insert(key(1, kUdp), reply(1, kUdp));
+    Session* tcp = t.insert(key(1, kTcp), reply(1, kTcp));
+    ASSERT_NE(udp, nullptr);
+    ASSERT_NE(tcp, nullptr);
+    EXPECT_NE(udp, tcp);
+    EXPECT_EQ(t.find(key(1, kUdp)).session, udp);
+    EXPECT_EQ(t.find(reply(1, kTcp)).session, tcp);
+    EXPECT_EQ(t.find(reply(1, kTcp)).dir, 1);
+    EXPECT_EQ(t.find(key(1, 126)).session, nullptr);
+    EXPECT_EQ(t.find(key(1, 127)).session, nullptr);
+    EXPECT_EQ(t.insert(key(2, 127), reply(2, 127)), nullptr);
+    EXPECT_EQ(t.insert(key(2, 255), reply(2, 255)), nullptr);
+    EXPECT_EQ(t.find(key(2, 127)).session, nullptr);
+    EXPECT_EQ(t.size(), 2u);
+    Session* top = t.insert(key(3, 126), reply(3, 126));
+    ASSERT_NE(top, nullptr);
+    EXPECT_EQ(t.find(key(3, 126)).session, top);
+    EXPECT_EQ(t.find(reply(3, 126)).dir, 1);
+    t.erase(udp);
+    EXPECT_EQ(t.find(key(1, kUdp)).session, nullptr);
+    EXPECT_EQ(t.find(key(1, kTcp)).session, tcp);
+    EXPECT_EQ(t.find(key(3, 126)).session, top);
+}
+
 TEST(SessionTable, ReusedSessionStartsZeroed) {
     SessionTable t(1);
     Session* s = t.insert(key(1), reply(1));
