@@ -300,7 +300,7 @@ namespace {
 [[gnu::always_inline]] inline void Dataplane::send_established(rte_mbuf* m, NatRewrite& rw) {
     // send_ipv4() and tx() for the common case: the session's neighbour still vouched for (recall)
     // and, for a fast_candidate(), never a standby.
-    const Neighbour* const n = neigh_.recall(rw.neigh, rw.out_port, rw.next_hop);
+    const Neighbour* const n = neigh_.recall(rw.neigh, rw.out_port, rw.next_hop, now_ms_);
     if (n == nullptr) [[unlikely]]
         return send_ipv4(m, rw.out_port, rw.next_hop, &rw.neigh);
     Port& port = ports_[rw.out_port];
@@ -713,7 +713,7 @@ void Dataplane::handle_inject(rte_mbuf* m) {
 
 void Dataplane::send_ipv4(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo) {
     if (memo != nullptr) {
-        if (const Neighbour* n = neigh_.recall(*memo, out, next_hop); n != nullptr) return tx_to(m, out, from_mac(n->mac));
+        if (const Neighbour* n = neigh_.recall(*memo, out, next_hop, now_ms_); n != nullptr) return tx_to(m, out, from_mac(n->mac));
     }
     const NeighbourTable::Lookup l = neigh_.lookup(out, next_hop, now_ms_);
     switch (l.verdict) {

@@ -67,10 +67,15 @@ public:
         const std::size_t i = static_cast<std::size_t>(n - slots_.data());
         return i < UINT16_MAX ? static_cast<uint16_t>(i + 1) : 0;
     }
-    const Neighbour* recall(uint16_t memo, uint16_t port, uint32_t ip) const {
+    // Past its reachable time (`now_ms`) an entry is not vouched for either, even before tick()
+    // marks it stale: lookup() then marks it and asks for the probe, as for a sender with no memo.
+    const Neighbour* recall(uint16_t memo, uint16_t port, uint32_t ip, uint64_t now_ms) const {
         if (memo == 0 || memo > slots_.size()) return nullptr;
         const Neighbour& n = slots_[memo - 1u];
-        return n.ip == ip && n.port == port && n.state == Neighbour::State::reachable ? &n : nullptr;
+        return n.ip == ip && n.port == port && n.state == Neighbour::State::reachable &&
+                       (n.permanent || now_ms < n.confirmed_ms + timers_.reachable_ms)
+                   ? &n
+                   : nullptr;
     }
     // A configured entry (static ARP). False when the table is full.
     bool add_permanent(uint16_t port, uint32_t ip, const MacAddr& mac);

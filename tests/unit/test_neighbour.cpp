@@ -386,7 +386,7 @@ TEST(NeighbourTable, AgreesWithAMapUnderRandomInsertsAndRemovals) {
         ASSERT_EQ(t.size(), model.size()) << "step " << step;
         // A memo taken when an entry was last reachable names it or nothing, whatever moved since.
         for (const auto& [k, memo] : memos) {
-            const Neighbour* r = t.recall(memo, k.first, k.second);
+            const Neighbour* r = t.recall(memo, k.first, k.second, now);
             if (r != nullptr) {
                 ASSERT_EQ(r, t.find(k.first, k.second)) << "step " << step << ": a memo named another entry";
                 ++recalled;
@@ -423,36 +423,44 @@ TEST(NeighbourTable, AMemoRecallsItsEntryWhileItIsReachableAndReadsAChangedMac) 
     ASSERT_NE(n, nullptr);
     const uint16_t memo = t.memo_of(n);
     ASSERT_NE(memo, 0);
-    EXPECT_EQ(t.recall(memo, kPort, kNextHop), n);
-    EXPECT_EQ(t.recall(0, kPort, kNextHop), nullptr);                    // no memo yet
-    EXPECT_EQ(t.recall(memo, kPort + 1, kNextHop), nullptr);             // another port's next hop
-    EXPECT_EQ(t.recall(memo, kPort, kNextHop + htonl(1)), nullptr);      // another next hop
-    EXPECT_EQ(t.recall(UINT16_MAX, kPort, kNextHop), nullptr);           // past the table
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop, 1'000), n);
+    EXPECT_EQ(t.recall(0, kPort, kNextHop, 1'000), nullptr);                    // no memo yet
+    EXPECT_EQ(t.recall(memo, kPort + 1, kNextHop, 1'000), nullptr);             // another port's next hop
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop + htonl(1), 1'000), nullptr);      // another next hop
+    EXPECT_EQ(t.recall(UINT16_MAX, kPort, kNextHop, 1'000), nullptr);           // past the table
 
     // The neighbour's MAC changes: the memo still serves and reads the new one.
     t.learn(kPort, kNextHop, kNewMac, 1'500, false);
-    ASSERT_NE(t.recall(memo, kPort, kNextHop), nullptr);
-    EXPECT_EQ(t.recall(memo, kPort, kNextHop)->mac, kNewMac);
+    ASSERT_NE(t.recall(memo, kPort, kNextHop, 1'500), nullptr);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop, 1'500)->mac, kNewMac);
 
-    // Stale: the memo stops serving, so the sender looks it up and that asks for a probe.
-    Calls calls;
-    tick(t, 2'500, calls);
-    EXPECT_EQ(t.recall(memo, kPort, kNextHop), nullptr);
+    // Past its reachable time, before any tick marks it stale: the memo stops serving as the
+    // entry's lookup starts asking for a probe, so a sender with a memo probes as one without.
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop, 2'499), n);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop, 2'500), nullptr);
     EXPECT_EQ(t.lookup(kPort, kNextHop, 2'500).verdict, Verdict::resolved_probe);
     t.learn(kPort, kNextHop, kNewMac, 2'510, false);  // the answer
-    EXPECT_EQ(t.recall(memo, kPort, kNextHop), n);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop, 2'510), n);
+
+    // Stale by the tick: the memo stops serving, and the lookup asks for a probe.
+    Calls calls;
+    tick(t, 3'600, calls);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop, 3'600), nullptr);
+    EXPECT_EQ(t.lookup(kPort, kNextHop, 3'600).verdict, Verdict::resolved_probe);
+    t.learn(kPort, kNextHop, kNewMac, 3'610, false);  // the answer
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop, 3'610), n);
 
     // Gone: never recalled again, nor once another next hop takes the slot.
-    tick(t, 4'000, calls);  // stale
-    tick(t, 8'000, calls);  // expired
+    tick(t, 5'000, calls);   // stale
+    tick(t, 11'000, calls);  // expired
     ASSERT_EQ(t.find(kPort, kNextHop), nullptr);
-    EXPECT_EQ(t.recall(memo, kPort, kNextHop), nullptr);
+    EXPECT_EQ(t.recall(memo, kPort, kNextHop, 11'000), nullptr);
 
     // A permanent entry serves for ever.
     ASSERT_TRUE(t.add_permanent(kPort, kNextHop, kMac));
     const uint16_t fixed = t.memo_of(t.find(kPort, kNextHop));
     tick(t, 100'000, calls);
-    EXPECT_NE(t.recall(fixed, kPort, kNextHop), nullptr);
+    EXPECT_NE(t.recall(fixed, kPort, kNextHop, 100'000), nullptr);
 }
 
 TEST(NeighbourTable, APassInSlicesDoesWhatOneTickDoes) {
