@@ -264,15 +264,6 @@ void Dataplane::flush_session_events() {
 // ---------------------------------------------------------------------------------------------
 // Classification.
 
-namespace {
-// load_be64 as one load and a swap (GCC had left load_be64 a call in answer_hit_in_place).
-[[gnu::always_inline]] inline uint64_t be64_at(const uint8_t* p) {
-    uint64_t v;
-    std::memcpy(&v, p, sizeof v);
-    return rte_be_to_cpu_64(v);
-}
-}  // namespace
-
 [[gnu::always_inline]] inline Dataplane::FastKind Dataplane::fast_candidate(const rte_mbuf* m, uint16_t in,
                                                                              FastPacket& f) const {
     if (standby_) return FastKind::none;  // a standby takes nothing but ARP (handle() counts the rest)
@@ -342,7 +333,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             hash[j] = Nat::kNoFlowHash;
             // Perhaps a resolve request: the cache entry of its target (where a request has it) on its way.
             if (f[j].dst_port == resolve_port_be_ && resolver_ != nullptr && rte_pktmbuf_data_len(m) >= kRequestEnd)
-                resolver_->prefetch(ProcessId{be64_at(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt))});
+                resolver_->prefetch(ProcessId{load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt))});
             continue;
         }
         new (&p[j]) ParsedPacket;
@@ -959,7 +950,7 @@ bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& 
         if (out < 0) return false;
         rr = ReplyRoute{f.src_ip, nh, static_cast<uint16_t>(out), 0};
     }
-    const ProcessId target{be64_at(msg + sizeof(MsgHeader))};
+    const ProcessId target{load_be64(msg + sizeof(MsgHeader))};
     const Resolver::CacheAnswer a = resolver_->request_hit(target, now_ms_);
     if (a.entry == nullptr) return false;
     resolve_counters_.client_msgs.add();
@@ -975,7 +966,7 @@ bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& 
     h.type = MsgType::resolve_reply;
     h.sender_party = 0;
     h.body_len = kReplyBody;
-    h.seq = be64_at(msg + offsetof(MsgHeader, seq));
+    h.seq = load_be64(msg + offsetof(MsgHeader, seq));
     h.channel = h.key_id = 0;
     OutMessage o(m, msg + sizeof(MsgHeader), ip, h, f.src_ip, rr.nh, f.src_port, rr.out, sizeof(MsgHeader) + kReplyBody,
                  -1, &rr.neigh);
