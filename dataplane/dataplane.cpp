@@ -29,7 +29,6 @@ namespace fedgate {
 namespace {
 
 constexpr int kPrefetchAhead = 3;
-constexpr uint8_t kDefaultTtl = 64;
 constexpr uint8_t kIcmpUnreachable = 3, kIcmpTimeExceeded = 11, kIcmpParamProblem = 12;
 
 // What a packet in a hand-off ring is for, kept in the mbuf's hash.usr beside its arrival port.
@@ -288,13 +287,12 @@ void Dataplane::flush_session_events() {
     return is_service(f.ip_proto, f.dst_port) ? FastKind::service : FastKind::flow;
 }
 
-[[gnu::always_inline]] inline void Dataplane::send_established(rte_mbuf* m, NatRewrite& rw) {
-    // send_ipv4() and tx() for the common case: the session's neighbour still vouched for (recall)
-    // and, for a fast_candidate(), never a standby.
-    const Neighbour* const n = neigh_.recall(rw.neigh, rw.out_port, rw.next_hop, now_ms_);
+[[gnu::always_inline]] inline void Dataplane::send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop,
+                                                               uint16_t* memo) {
+    const Neighbour* const n = memo != nullptr && !standby_ ? neigh_.recall(*memo, out, next_hop, now_ms_) : nullptr;
     if (n == nullptr) [[unlikely]]
-        return send_ipv4(m, rw.out_port, rw.next_hop, &rw.neigh);
-    Port& port = ports_[rw.out_port];
+        return send_ipv4(m, out, next_hop, memo);
+    Port& port = ports_[out];
     auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
     std::memcpy(&eth->dst_addr, n->mac.data(), RTE_ETHER_ADDR_LEN);
     eth->src_addr = port.cfg.mac;
@@ -367,7 +365,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             nat_.forward_established(rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(rte_ether_hdr)), f[j], in, now_ms_, hash[j]);
         if (rw != nullptr) {
             ++established;
-            send_established(m, *rw);
+            send_ipv4_memo(m, rw->out_port, rw->next_hop, &rw->neigh);
             continue;
         }
         // Not a session's plain packet (a new flow, a FIN, another worker's, ...): the full path.
@@ -1187,14 +1185,14 @@ Dataplane::OutMessage Dataplane::start_message(uint32_t dst, uint16_t dst_port, 
         m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
         reinterpret_cast<rte_udp_hdr*>(ip + 1)->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
     } else if (o.peer < 0 && summed_from == 0) {  // the caller's sum covers the body: the header's from its values
-        write_udp_ipv4(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len, header_sum(o.h) + body_sum, 0);
+        write_udp_ipv4_summed(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len, uint64_t{header_sum(o.h)} + body_sum);
     } else if (o.peer >= 0 || summed_from >= body_len) {  // a sealed message changed after the body: sum it all
         write_udp_ipv4(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len);
     } else {
         write_udp_ipv4(ip, src, o.dst, resolve_port_be_, o.dst_port, msg_len, body_sum,
                        static_cast<uint16_t>(sizeof(MsgHeader) + summed_from));
     }
-    send_ipv4(m, out, o.nh, o.neigh);
+    send_ipv4_memo(m, out, o.nh, o.neigh);
 }
 
 void Dataplane::write_udp_ipv4_headers(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
@@ -1217,29 +1215,14 @@ void Dataplane::write_udp_ipv4_headers(rte_ipv4_hdr* ip, uint32_t src, uint32_t 
 
 void Dataplane::write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
                                uint16_t payload_len, uint32_t tail_sum, uint16_t summed_from) {
-    // Both checksums from the values being written, not from the header read back after it is
-    // written (which stalled on store forwarding: a sixth of a cache hit's time in `perf`).
-    const uint16_t udp_len = static_cast<uint16_t>(sizeof(rte_udp_hdr) + payload_len);
-    const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + udp_len);
-    const uint32_t addrs = (src & 0xffff) + (src >> 16) + (dst & 0xffff) + (dst >> 16);
-    constexpr uint16_t kVersionIhl = RTE_IPV4_VHL_DEF, kDf = RTE_IPV4_HDR_DF_FLAG;
-    const uint16_t ttl_proto = static_cast<uint16_t>(kDefaultTtl << 8 | kIpProtoUdp);
-    const uint16_t ip_sum = fold_sum(uint64_t{addrs} + stored16(kVersionIhl << 8) + stored16(ip_len) + stored16(kDf) +
-                                     stored16(ttl_proto));
-    write_udp_ipv4_headers(ip, src, dst, sport, dport, payload_len);
-    ip->hdr_checksum = static_cast<uint16_t>(~ip_sum);
-    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
-    const auto* payload = reinterpret_cast<const uint8_t*>(udp + 1);
-    // Pseudo-header, UDP header (its checksum 0), then the payload: its head read, its tail's sum given.
-    uint64_t sum = uint64_t{addrs} + stored16(kIpProtoUdp) + stored16(udp_len) + sport + dport + stored16(udp_len);
-    if (summed_from >= payload_len) {
-        sum += rte_raw_cksum(payload, payload_len);
-    } else {
-        sum += rte_raw_cksum(payload, summed_from);
-        sum += tail_sum;
-    }
-    const uint16_t c = static_cast<uint16_t>(~fold_sum(sum));
-    udp->dgram_cksum = c == 0 ? 0xffff : c;  // 0 would mean "no checksum"
+    // The payload's head read, its tail's sum given; the headers from the values being written,
+    // never read back after they are written (which stalled on store forwarding: a sixth of a
+    // cache hit's time in `perf`).
+    const auto* payload = reinterpret_cast<const uint8_t*>(ip) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);
+    const uint64_t payload_sum = summed_from >= payload_len
+                                     ? uint64_t{rte_raw_cksum(payload, payload_len)}
+                                     : uint64_t{rte_raw_cksum(payload, summed_from)} + tail_sum;
+    write_udp_ipv4_summed(ip, src, dst, sport, dport, payload_len, payload_sum);
 }
 
 void Dataplane::reply(const Requester& r, ProcessId target, ResolveStatus status, AnswerSource source,
