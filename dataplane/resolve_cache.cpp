@@ -32,14 +32,6 @@ ResolveCache::~ResolveCache() {
     for (CacheEntry* e : retired_) delete e;
 }
 
-const CacheEntry* ResolveCache::find(ProcessId key, uint64_t now_ms) const {
-    for (const CacheEntry* e = buckets_[bucket(key)].load(std::memory_order_acquire); e != nullptr;
-         e = e->next.load(std::memory_order_acquire)) {
-        if (e->key == key) return e->expires_ms > now_ms ? e : nullptr;
-    }
-    return nullptr;
-}
-
 void ResolveCache::unlink(std::atomic<CacheEntry*>& link, CacheEntry* e) {
     // Readers already past `link` keep walking from e, whose next still leads on: unchanged.
     link.store(e->next.load(std::memory_order_relaxed), std::memory_order_release);

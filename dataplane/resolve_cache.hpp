@@ -45,7 +45,14 @@ public:
 
     // Reader side (the lcore, or any thread in an RCU read-side section). An expired entry counts
     // as absent. The pointer stays valid until the reader's next quiescent state.
-    const CacheEntry* find(ProcessId key, uint64_t now_ms) const;
+    // Inline: a cache hit the data plane answers in place looks its target up here.
+    [[gnu::always_inline]] const CacheEntry* find(ProcessId key, uint64_t now_ms) const {
+        for (const CacheEntry* e = buckets_[bucket(key)].load(std::memory_order_acquire); e != nullptr;
+             e = e->next.load(std::memory_order_acquire)) {
+            if (e->key == key) return e->expires_ms > now_ms ? e : nullptr;
+        }
+        return nullptr;
+    }
     // Ahead of a find() of `key`: the first entry of its bucket, prefetched (the data plane's burst
     // loop does this for a burst's requests before it answers any).
     void prefetch(ProcessId key) const {

@@ -97,30 +97,6 @@ void Resolver::index_erase(uint32_t slot) {
 
 // ---------------------------------------------------------------------------------------------
 
-Resolver::CacheAnswer Resolver::cache_answer(ProcessId target, uint64_t now_ms) const {
-    // Owner unknown, but perhaps it is one of ours: the local directory answers before any peer, and
-    // before anything cached under the party-0 ID itself (a stale "not found", another party's answer).
-    if (target.party() == 0) {
-        if (const CacheEntry* e = cache_.find(target.with_party(cfg_.party_id), now_ms);
-            e != nullptr && e->kind == CacheKind::local)
-            return {e, AnswerSource::local};
-    }
-    if (const CacheEntry* e = cache_.find(target, now_ms); e != nullptr) {
-        if (e->kind == CacheKind::negative) return {e, AnswerSource::negative_cache};
-        return {e, e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache};
-    }
-    return {};
-}
-
-Resolver::CacheAnswer Resolver::request_hit(ProcessId target, uint64_t now_ms) {
-    if (target.value == 0) return {};
-    const CacheAnswer a = cache_answer(target, now_ms);
-    if (a.entry == nullptr || a.entry->kind == CacheKind::negative) return {};
-    counters_.requests.add();
-    counters_.hits.add();
-    return a;
-}
-
 void Resolver::request(const Requester& r, ProcessId target, uint64_t now_ms) {
     counters_.requests.add();
     if (target.value == 0) {

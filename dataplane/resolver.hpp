@@ -141,4 +141,30 @@ private:
     ResolverCounters counters_;
 };
 
+// Inline: a cache hit the data plane answers in place goes through both, once per request.
+
+[[gnu::always_inline]] inline Resolver::CacheAnswer Resolver::cache_answer(ProcessId target, uint64_t now_ms) const {
+    // Owner unknown, but perhaps it is one of ours: the local directory answers before any peer, and
+    // before anything cached under the party-0 ID itself (a stale "not found", another party's answer).
+    if (target.party() == 0) {
+        if (const CacheEntry* e = cache_.find(target.with_party(cfg_.party_id), now_ms);
+            e != nullptr && e->kind == CacheKind::local)
+            return {e, AnswerSource::local};
+    }
+    if (const CacheEntry* e = cache_.find(target, now_ms); e != nullptr) {
+        if (e->kind == CacheKind::negative) return {e, AnswerSource::negative_cache};
+        return {e, e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache};
+    }
+    return {};
+}
+
+[[gnu::always_inline]] inline Resolver::CacheAnswer Resolver::request_hit(ProcessId target, uint64_t now_ms) {
+    if (target.value == 0) return {};
+    const CacheAnswer a = cache_answer(target, now_ms);
+    if (a.entry == nullptr || a.entry->kind == CacheKind::negative) return {};
+    counters_.requests.add();
+    counters_.hits.add();
+    return a;
+}
+
 }  // namespace fedgate
