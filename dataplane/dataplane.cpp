@@ -1197,20 +1197,7 @@ Dataplane::OutMessage Dataplane::start_message(uint32_t dst, uint16_t dst_port, 
 
 void Dataplane::write_udp_ipv4_headers(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
                                        uint16_t payload_len) {
-    const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + payload_len);
-    std::memset(ip, 0, sizeof *ip);
-    ip->version_ihl = RTE_IPV4_VHL_DEF;
-    ip->total_length = rte_cpu_to_be_16(ip_len);
-    ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
-    ip->time_to_live = kDefaultTtl;
-    ip->next_proto_id = kIpProtoUdp;
-    ip->src_addr = src;
-    ip->dst_addr = dst;
-    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
-    udp->src_port = sport;
-    udp->dst_port = dport;
-    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + payload_len));
-    udp->dgram_cksum = 0;
+    store_udp_ipv4(ip, src, dst, sport, dport, payload_len, 0, 0);
 }
 
 void Dataplane::write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,

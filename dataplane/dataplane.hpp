@@ -289,24 +289,28 @@ public:
     static void write_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport,
                                uint16_t len, uint32_t tail_sum = 0, uint16_t summed_from = UINT16_MAX);
     // The same, for a payload the caller has summed whole (`payload_sum`: its in-memory-order
-    // one's-complement sum, unfolded): nothing is read, and the 28 bytes of headers go out as three
-    // 64-bit stores and one 32-bit one. Inline: a cache hit answered in place ends with it, and as a
-    // call it took arguments on the stack (a twentieth of a hit in `perf`).
+    // one's-complement sum, unfolded): nothing is read. Inline: a cache hit answered in place ends
+    // with it, and as a call it took arguments on the stack (a twentieth of a hit in `perf`).
     [[gnu::always_inline]] static void write_udp_ipv4_summed(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst,
                                                              uint16_t sport, uint16_t dport, uint16_t len,
                                                              uint64_t payload_sum) {
         const uint16_t udp_len = static_cast<uint16_t>(sizeof(rte_udp_hdr) + len);
         const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + udp_len);
         const uint32_t addrs = (src & 0xffff) + (src >> 16) + (dst & 0xffff) + (dst >> 16);
-        // Each 16-bit field as it sits in memory: version/IHL and TOS, the total length, ID 0,
-        // "don't fragment", TTL and protocol.
-        constexpr uint16_t kVersionTos = stored16(RTE_IPV4_VHL_DEF << 8), kDf = stored16(RTE_IPV4_HDR_DF_FLAG);
-        constexpr uint16_t kTtlProto = stored16(kDefaultTtl << 8 | kIpProtoUdp);
-        const uint16_t len_ip = stored16(ip_len), len_udp = stored16(udp_len);
-        const uint16_t ip_sum = static_cast<uint16_t>(~fold_sum(uint64_t{addrs} + kVersionTos + len_ip + kDf + kTtlProto));
-        uint16_t udp_sum = static_cast<uint16_t>(
-            ~fold_sum(uint64_t{addrs} + stored16(kIpProtoUdp) + len_udp + sport + dport + len_udp + payload_sum));
+        const uint16_t ip_sum = static_cast<uint16_t>(
+            ~fold_sum(uint64_t{addrs} + kStoredVersionTos + stored16(ip_len) + kStoredDf + kStoredTtlProto));
+        uint16_t udp_sum = static_cast<uint16_t>(~fold_sum(uint64_t{addrs} + stored16(kIpProtoUdp) + stored16(udp_len) +
+                                                           sport + dport + stored16(udp_len) + payload_sum));
         if (udp_sum == 0) udp_sum = 0xffff;  // 0 would mean "no checksum"
+        store_udp_ipv4(ip, src, dst, sport, dport, len, ip_sum, udp_sum);
+    }
+    // The 28 bytes of IPv4 and UDP headers in front of a payload of `len` bytes, the two checksum
+    // fields as given (as they sit in memory), written as three 64-bit stores and one 32-bit one.
+    // What both writers above and write_udp_ipv4_headers() lay down.
+    [[gnu::always_inline]] static void store_udp_ipv4(rte_ipv4_hdr* ip, uint32_t src, uint32_t dst, uint16_t sport,
+                                                      uint16_t dport, uint16_t len, uint16_t ip_sum, uint16_t udp_sum) {
+        const uint16_t len_udp = stored16(static_cast<uint16_t>(sizeof(rte_udp_hdr) + len));
+        const uint16_t len_ip = stored16(static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + len));
         // Four 16-bit fields in memory order as one 64-bit word.
         const auto words = [](uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
 #if RTE_BYTE_ORDER == RTE_LITTLE_ENDIAN
@@ -324,7 +328,10 @@ public:
         }; };
         const auto [src0, src1] = halves(src);
         const auto [dst0, dst1] = halves(dst);
-        const uint64_t w0 = words(kVersionTos, len_ip, 0, kDf), w1 = words(kTtlProto, ip_sum, src0, src1);
+        // Version/IHL and TOS, the total length, ID 0, "don't fragment"; TTL and protocol, the
+        // header sum, the addresses; the ports; the UDP length and sum.
+        const uint64_t w0 = words(kStoredVersionTos, len_ip, 0, kStoredDf);
+        const uint64_t w1 = words(kStoredTtlProto, ip_sum, src0, src1);
         const uint64_t w2 = words(dst0, dst1, sport, dport);
         const uint32_t w3 = static_cast<uint32_t>(words(len_udp, udp_sum, 0, 0) >> (RTE_BYTE_ORDER == RTE_LITTLE_ENDIAN ? 0 : 32));
         auto* p = reinterpret_cast<uint8_t*>(ip);
@@ -333,6 +340,10 @@ public:
         std::memcpy(p + 16, &w2, 8);
         std::memcpy(p + 24, &w3, 4);
     }
+    // The fixed 16-bit fields of those headers as they sit in memory.
+    static constexpr uint16_t kStoredVersionTos = stored16(RTE_IPV4_VHL_DEF << 8);
+    static constexpr uint16_t kStoredDf = stored16(RTE_IPV4_HDR_DF_FLAG);
+    static constexpr uint16_t kStoredTtlProto = stored16(kDefaultTtl << 8 | kIpProtoUdp);
     // The in-memory-order sum (unfolded) of encode(h)'s 20 bytes, from h's values: a sender that has
     // just encoded a header sums it without reading it back (which stalls on store forwarding).
     // Inline, so that a caller's constant fields fold away.
