@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <random>
 #include <string_view>
 #include <utility>
 
@@ -39,6 +41,10 @@ std::string hex(const uint8_t* p, std::size_t n) {
     return s;
 }
 
+std::string version_text(const PrefixSummary& s) {
+    return std::to_string(s.count) + "@" + std::to_string(s.max_mod_revision);
+}
+
 }  // namespace
 
 std::string StoreDirectory::encode(const StoredProcess& p) {
@@ -67,62 +73,292 @@ std::optional<StoredProcess> StoreDirectory::decode(const std::string& value) {
     }
 }
 
+// ---- the segments' index -----------------------------------------------------------------------
+
+void SegmentIndex::release(uint64_t seg) {
+    const auto it = segs_.find(seg);
+    if (it == segs_.end()) return;
+    if (it->second.live > 0 && --it->second.live == 0 && !it->second.erasing) dead_.insert(seg);
+}
+
+void SegmentIndex::add(const std::string& key, const std::vector<Change>& changes) {
+    if (by_key_.contains(key)) return;
+    const uint64_t id = next_id_++;
+    Seg& s = segs_[id];
+    s.key = key;
+    by_key_[key] = id;
+    s.entries.reserve(changes.size());
+    for (const Change& c : changes) {
+        Pid& p = pids_[c.pid];
+        if (p.holders > 0 && p.seg == id) {  // twice in one segment (not written so): the later wins
+            const bool before = needed(p);
+            auto e = std::find_if(s.entries.begin(), s.entries.end(), [&](const auto& x) { return x.first == c.pid; });
+            if (e->second) --p.registered;
+            e->second = !c.remove;
+            if (e->second) ++p.registered;
+            p.removed = c.remove;
+            s.live = s.live - (before ? 1 : 0) + (needed(p) ? 1 : 0);
+            continue;
+        }
+        if (p.holders > 0 && needed(p)) release(p.seg);
+        s.entries.emplace_back(c.pid, !c.remove);
+        ++p.holders;
+        if (!c.remove) ++p.registered;
+        p.seg = id;
+        p.removed = c.remove;
+        if (needed(p)) ++s.live;
+    }
+    if (s.live == 0) dead_.insert(id);
+}
+
+void SegmentIndex::erased(const std::string& key) {
+    const auto k = by_key_.find(key);
+    if (k == by_key_.end()) return;
+    const uint64_t id = k->second;
+    Seg s = std::move(segs_.at(id));
+    segs_.erase(id);
+    by_key_.erase(k);
+    dead_.erase(id);
+    for (const auto& [pid, registration] : s.entries) {
+        const auto it = pids_.find(pid);
+        if (it == pids_.end()) continue;
+        Pid& p = it->second;
+        const bool before = needed(p);
+        --p.holders;
+        if (registration) --p.registered;
+        if (p.seg == id) {
+            // Its newest entry was here: fine for a removal that hid nothing, otherwise the store
+            // lost an entry that was needed (deleted behind our back): read it all again.
+            if (before) valid_ = false;
+        } else if (before && !needed(p)) {
+            release(p.seg);
+        }
+        if (p.holders == 0) pids_.erase(it);
+    }
+}
+
+std::vector<std::string> SegmentIndex::take_dead(std::size_t max) {
+    std::vector<std::string> out;
+    while (!dead_.empty() && out.size() < max) {
+        Seg& s = segs_.at(*dead_.begin());
+        dead_.erase(dead_.begin());
+        s.erasing = true;
+        out.push_back(s.key);
+    }
+    return out;
+}
+
+void SegmentIndex::untake(const std::vector<std::string>& keys) {
+    for (const std::string& k : keys) {
+        const auto it = by_key_.find(k);
+        if (it == by_key_.end()) continue;
+        Seg& s = segs_.at(it->second);
+        s.erasing = false;
+        if (s.live == 0) dead_.insert(it->second);
+    }
+}
+
+std::string SegmentIndex::next_key(const std::string& prefix) {
+    if (start_ == 0) start_ = std::random_device{}() | uint64_t{std::random_device{}()} << 32 | 1;
+    char b[48];
+    std::snprintf(b, sizeof b, "seg-%016llx-%016llx", static_cast<unsigned long long>(start_),
+                  static_cast<unsigned long long>(next_seq_++));
+    return prefix + b;
+}
+
+void SegmentIndex::rebuild(const std::vector<KvEntry>& all) {
+    segs_.clear();
+    by_key_.clear();
+    pids_.clear();
+    dead_.clear();
+    std::vector<const KvEntry*> order;
+    order.reserve(all.size());
+    for (const KvEntry& e : all) order.push_back(&e);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const KvEntry* x, const KvEntry* y) { return x->mod_revision < y->mod_revision; });
+    std::vector<Change> changes;
+    for (const KvEntry* e : order) {
+        const auto ops = StoreDirectory::decode_segment(e->value);
+        if (!ops) continue;  // not ours to judge: never deleted here
+        changes.clear();
+        for (const auto& op : *ops) changes.push_back({op.process.record.pid.value, op.remove});
+        add(e->key, changes);
+    }
+    valid_ = true;
+}
+
+// ---- the directory in the store ------------------------------------------------------------------
+
+namespace {
+constexpr char kSegmentMagic[4] = {'F', 'G', 'D', '1'};
+}
+
+std::string StoreDirectory::encode_segment(std::span<const Op> ops) {
+    std::string v(sizeof kSegmentMagic + ops.size() * kEntryBytes, '\0');
+    std::memcpy(v.data(), kSegmentMagic, sizeof kSegmentMagic);
+    auto* p = reinterpret_cast<uint8_t*>(v.data()) + sizeof kSegmentMagic;
+    for (const Op& op : ops) {
+        p[0] = op.remove ? 1 : 0;
+        DmaAddressWire w{};
+        fedgate::encode(op.process.record, w);
+        std::memcpy(p + 1, &w, sizeof w);
+        store_be32(p + 1 + sizeof w, op.process.source);
+        store_be16(p + 5 + sizeof w, op.process.control_port);
+        p += kEntryBytes;
+    }
+    return v;
+}
+
+std::optional<std::vector<DirectoryStore::Op>> StoreDirectory::decode_segment(const std::string& value) {
+    if (!value.empty() && value.front() == '{') {  // the earlier layout: one process's record
+        auto p = decode(value);
+        if (!p) return std::nullopt;
+        return std::vector<Op>{{false, *p}};
+    }
+    if (value.size() < sizeof kSegmentMagic || std::memcmp(value.data(), kSegmentMagic, sizeof kSegmentMagic) != 0 ||
+        (value.size() - sizeof kSegmentMagic) % kEntryBytes != 0)
+        return std::nullopt;
+    std::vector<Op> out((value.size() - sizeof kSegmentMagic) / kEntryBytes);
+    const auto* p = reinterpret_cast<const uint8_t*>(value.data()) + sizeof kSegmentMagic;
+    for (Op& op : out) {
+        if (p[0] > 1) return std::nullopt;
+        op.remove = p[0] == 1;
+        DmaAddressWire w;
+        std::memcpy(&w, p + 1, sizeof w);
+        const auto rec = fedgate::decode(w);
+        if (!rec) return std::nullopt;
+        op.process = {*rec, load_be32(p + 1 + sizeof w), load_be16(p + 5 + sizeof w)};
+        p += kEntryBytes;
+    }
+    return out;
+}
+
+std::vector<StoredProcess> StoreDirectory::resolve(std::vector<KvEntry> all) {
+    std::stable_sort(all.begin(), all.end(),
+                     [](const KvEntry& x, const KvEntry& y) { return x.mod_revision < y.mod_revision; });
+    std::map<uint64_t, Op> newest;  // by process ID: what load() returns comes out in ID order
+    for (const KvEntry& e : all)
+        if (auto ops = decode_segment(e.value))
+            for (Op& op : *ops) newest[op.process.record.pid.value] = std::move(op);
+    std::vector<StoredProcess> out;
+    out.reserve(newest.size());
+    for (auto& [pid, op] : newest)
+        if (!op.remove) out.push_back(std::move(op.process));
+    return out;
+}
+
 void StoreDirectory::write(std::span<const Op> ops) {
     // A process's last op wins.
     std::map<uint64_t, const Op*> last;
     for (const Op& op : ops) last[op.process.record.pid.value] = &op;
-    std::vector<std::pair<std::string, std::string>> puts;
-    std::vector<std::string> dels;
-    for (const auto& [pid, op] : last) {
-        char b[24];
-        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(pid));
-        if (op->remove)
-            dels.push_back(keys_.processes() + b);
-        else
-            puts.emplace_back(keys_.processes() + b, encode(op->process));
+    std::vector<Op> chunk;
+    std::vector<SegmentIndex::Change> changes;
+    chunk.reserve(std::min(last.size(), kSegmentEntries));
+    {
+        std::lock_guard lk(index_->mu);
+        if (!index_->valid()) index_->rebuild(store_.range(keys_.processes()));
     }
-    const std::size_t n = txn_ops();
-    try {
-        write_in(puts, dels, n);
-    } catch (const StoreRefused& e) {
-        // etcd: "too many operations in txn request". The transactions that went in before hold
-        // what this write would put there again, so the whole write is repeated in smaller ones.
-        if (n <= kStoreDefaultTxnOps || std::string_view(e.what()).find("too many operations") == std::string_view::npos)
+    for (auto it = last.begin(); it != last.end();) {
+        chunk.clear();
+        changes.clear();
+        for (; it != last.end() && chunk.size() < kSegmentEntries; ++it) {
+            chunk.push_back(*it->second);
+            changes.push_back({it->first, it->second->remove});
+        }
+        std::string key;
+        {
+            std::lock_guard lk(index_->mu);
+            key = index_->next_key(keys_.processes());
+        }
+        commit(key, encode_segment(chunk), changes);
+    }
+    compact();
+}
+
+// etcd: "too many operations in txn request" (its --max-txn-ops under txn_ops). True when there is
+// a smaller size to go on with: 128 from now on, logged the first time.
+bool StoreDirectory::fall_back(std::size_t n, const StoreRefused& e) {
+    if (n <= kStoreDefaultTxnOps || std::string_view(e.what()).find("too many operations") == std::string_view::npos)
+        return false;
+    if (txn_ops_.exchange(kStoreDefaultTxnOps) != kStoreDefaultTxnOps)
+        FG_LOG(WARNING, gateway,
+               "cluster: the store refuses transactions of %zu operations ([cluster] txn_ops is more than its "
+               "--max-txn-ops): directory writes go in transactions of %zu from now on (%s)",
+               n, kStoreDefaultTxnOps, e.what());
+    return true;
+}
+
+// One segment in, with as many of the segments nothing needs as the transaction may delete.
+void StoreDirectory::commit(const std::string& key, const std::string& value,
+                            const std::vector<SegmentIndex::Change>& changes) {
+    for (;;) {
+        const std::size_t n = txn_ops();
+        std::vector<std::string> dead;
+        {
+            std::lock_guard lk(index_->mu);
+            dead = index_->take_dead(n - 1);
+        }
+        try {
+            store_.put_erase({{key, value}}, dead);
+        } catch (const StoreRefused& e) {
+            {
+                std::lock_guard lk(index_->mu);
+                index_->untake(dead);
+            }
+            if (!fall_back(n, e)) throw;
+            continue;
+        } catch (...) {
+            // Maybe taken, maybe not: what the store holds is read again before the next write.
+            std::lock_guard lk(index_->mu);
+            index_->invalidate();
             throw;
-        if (txn_ops_.exchange(kStoreDefaultTxnOps) != kStoreDefaultTxnOps)
-            FG_LOG(WARNING, gateway,
-                   "cluster: the store refuses transactions of %zu operations ([cluster] txn_ops is more than its "
-                   "--max-txn-ops): directory writes go in transactions of %zu from now on (%s)",
-                   n, kStoreDefaultTxnOps, e.what());
-        write_in(puts, dels, kStoreDefaultTxnOps);
+        }
+        std::lock_guard lk(index_->mu);
+        index_->add(key, changes);
+        for (const std::string& d : dead) index_->erased(d);
+        return;
     }
 }
 
-void StoreDirectory::write_in(const std::vector<std::pair<std::string, std::string>>& puts,
-                              const std::vector<std::string>& dels, std::size_t txn_ops) {
-    // Each transaction puts or deletes, up to txn_ops keys.
-    for (std::size_t at = 0; at < puts.size(); at += txn_ops)
-        store_.put({puts.begin() + static_cast<std::ptrdiff_t>(at),
-                    puts.begin() + static_cast<std::ptrdiff_t>(std::min(puts.size(), at + txn_ops))});
-    for (std::size_t at = 0; at < dels.size(); at += txn_ops)
-        store_.erase({dels.begin() + static_cast<std::ptrdiff_t>(at),
-                      dels.begin() + static_cast<std::ptrdiff_t>(std::min(dels.size(), at + txn_ops))});
-}
-
-static std::string version_text(const PrefixSummary& s) {
-    return std::to_string(s.count) + "@" + std::to_string(s.max_mod_revision);
+// The segments the writes left unneeded, and those their deletion leaves unneeded in turn. The
+// changes are in the store already: a failure here is logged and left to the next write.
+void StoreDirectory::compact() {
+    for (;;) {
+        const std::size_t n = txn_ops();
+        std::vector<std::string> dead;
+        {
+            std::lock_guard lk(index_->mu);
+            dead = index_->take_dead(n);
+        }
+        if (dead.empty()) return;
+        try {
+            store_.erase(dead);
+        } catch (const std::exception& e) {
+            std::lock_guard lk(index_->mu);
+            index_->untake(dead);
+            const auto* refused = dynamic_cast<const StoreRefused*>(&e);
+            if (refused != nullptr && fall_back(n, *refused)) continue;
+            index_->invalidate();
+            FG_LOG(INFO, gateway, "cluster: %zu directory segment(s) nothing needs are left in the store for now: %s",
+                   dead.size(), e.what());
+            return;
+        }
+        std::lock_guard lk(index_->mu);
+        for (const std::string& d : dead) index_->erased(d);
+    }
 }
 
 std::vector<StoredProcess> StoreDirectory::load(std::string* version) {
-    std::vector<StoredProcess> out;
-    PrefixSummary read;  // of this very range: the copy and its version come from one read
-    for (const KvEntry& e : store_.range(keys_.processes())) {
-        ++read.count;
-        read.max_mod_revision = std::max(read.max_mod_revision, e.mod_revision);
-        if (auto p = decode(e.value)) out.push_back(*p);
+    std::vector<KvEntry> all = store_.range(keys_.processes());
+    if (version != nullptr) {
+        PrefixSummary read;  // of this very range: the copy and its version come from one read
+        for (const KvEntry& e : all) {
+            ++read.count;
+            read.max_mod_revision = std::max(read.max_mod_revision, e.mod_revision);
+        }
+        *version = version_text(read);
     }
-    if (version != nullptr) *version = version_text(read);
-    return out;
+    return resolve(std::move(all));
 }
 
 std::string StoreDirectory::version() { return version_text(store_.summarize(keys_.processes())); }
@@ -177,9 +413,10 @@ ClusterService::ClusterService(const Config& cfg, std::unique_ptr<KvStore> loop_
                                std::vector<std::unique_ptr<KvStore>> writer_stores)
     : cfg_(cfg), keys_(cfg.party), loop_store_(std::move(loop_store)), state_store_(std::move(state_store)),
       dir_store_(std::move(dir_store)), warm_store_(std::move(warm_store)), writer_stores_(std::move(writer_stores)) {
-    directory_ = std::make_unique<StoreDirectory>(*dir_store_, keys_, cfg.cluster.txn_ops);
+    segments_ = std::make_shared<SegmentIndex>();
+    directory_ = std::make_unique<StoreDirectory>(*dir_store_, keys_, cfg.cluster.txn_ops, segments_);
     for (const auto& w : writer_stores_)
-        writer_directories_.push_back(std::make_unique<StoreDirectory>(*w, keys_, cfg.cluster.txn_ops));
+        writer_directories_.push_back(std::make_unique<StoreDirectory>(*w, keys_, cfg.cluster.txn_ops, segments_));
     if (warm_store_) warm_directory_ = std::make_unique<StoreDirectory>(*warm_store_, keys_);
     map_state_owned_ = std::make_unique<StoreMapState>(*state_store_, keys_.mappings());
     map_state_ = map_state_owned_.get();
@@ -298,6 +535,12 @@ void ClusterService::loop(uint64_t period_ms) {
         if (is_active != was_active) {
             FG_LOG(NOTICE, gateway, "cluster: member %s is %s (leader %s)", cfg_.cluster.member.c_str(),
                    is_active ? "active" : "standby", election_->leader().empty() ? "none" : election_->leader().c_str());
+            if (is_active) {
+                // Other members may have written the directory since this one last did: its first
+                // write reads the store's segments again.
+                std::lock_guard lk(segments_->mu);
+                segments_->invalidate();
+            }
             if (on_role_) on_role_(is_active);
             was_active = is_active;
         }

@@ -13,6 +13,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <span>
+#include <unordered_map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "controlplane/portmap_table.hpp"
 #include "controlplane/resolution.hpp"
 #include "controlplane/session_sync.hpp"
+#include "proto/resolve_wire.hpp"
 
 namespace fedgate {
 
@@ -42,31 +46,111 @@ private:
     std::atomic<int64_t> revision_{-1};
 };
 
-// The directory as the group's store keeps it: a key per process under <prefix>processes/, written
-// in transactions of up to `txn_ops` operations ([cluster] txn_ops). A store that refuses a
-// transaction that big (etcd's --max-txn-ops lower than txn_ops) gets the write again in
-// transactions of etcd's default 128, and every later one too; the first time is logged, naming
-// both settings.
+// What a member knows of the directory's segments in the store, for compaction: which segment
+// holds each process's newest entry, how many segments hold an entry for it, and so which segments
+// nothing needs any more. A segment is needed while it holds a process's newest entry that is a
+// registration, or a removal that still hides an older registration in another segment. Built from
+// the store (rebuild) before a member's first write and after any write whose outcome is unknown;
+// kept up to date after each transaction the store took. Shared by one member's writer threads,
+// and read again whenever the member becomes active (another member may have written meanwhile).
+class SegmentIndex {
+public:
+    struct Change {
+        uint64_t pid = 0;
+        bool remove = false;
+    };
+    std::mutex mu;  // the callers hold it around each call below
+
+    bool valid() const { return valid_; }
+    void invalidate() { valid_ = false; }
+    // Everything again from the store's segments (what range() read, any order).
+    void rebuild(const std::vector<KvEntry>& all);
+    // A segment the store took, with its changes (skipped if already known).
+    void add(const std::string& key, const std::vector<Change>& changes);
+    // A segment the store deleted.
+    void erased(const std::string& key);
+    // Up to `max` segments nothing needs, handed out once (to one transaction); put back with
+    // untake() when that transaction was refused.
+    std::vector<std::string> take_dead(std::size_t max);
+    void untake(const std::vector<std::string>& keys);
+    // The key of a new segment: unique to this index's life (a random start) and in write order.
+    std::string next_key(const std::string& prefix);
+
+    std::size_t segments() const { return segs_.size(); }
+    std::size_t processes() const { return pids_.size(); }  // with an entry in some segment
+
+private:
+    struct Seg {
+        std::string key;
+        std::vector<std::pair<uint64_t, bool>> entries;  // (process, a registration)
+        uint32_t live = 0;                                // entries still needed
+        bool erasing = false;
+    };
+    struct Pid {
+        uint64_t seg = 0;  // the segment with the newest entry
+        bool removed = false;
+        uint32_t holders = 0;      // segments with an entry for it
+        uint32_t registered = 0;   // ... of which a registration
+    };
+    // A newest entry is needed when it is a registration, or a removal that hides one.
+    static bool needed(const Pid& p) { return !p.removed || p.registered > 0; }
+    void release(uint64_t seg);
+
+    bool valid_ = false;
+    uint64_t next_id_ = 1, next_seq_ = 0, start_ = 0;
+    std::unordered_map<uint64_t, Seg> segs_;
+    std::unordered_map<std::string, uint64_t> by_key_;
+    std::unordered_map<uint64_t, Pid> pids_;
+    std::set<uint64_t> dead_;  // live == 0, not handed out
+};
+
+// The directory as the group's store keeps it: under <prefix>processes/, a segment per write (each
+// write's changes, a process's last one, as fixed-size binary entries: a registration or a
+// removal). A process's newest entry wins: the one in the segment with the highest mod revision
+// (a process has one change in flight at a time, so the store commits its changes in order). etcd's
+// cost is per key and per transaction, so a segment of a few hundred registrations costs it about
+// what one registration did as a key of its own. A write deletes, in its own transaction, the
+// segments nothing needs any more (SegmentIndex), and then any those deletions left unneeded, so a
+// process that is gone leaves nothing behind. A key of the earlier layout (one JSON record per
+// process) reads as a segment of one registration and goes the same way once superseded. A delete
+// transaction holds up to `txn_ops` keys ([cluster] txn_ops); a store that refuses that many
+// (etcd's --max-txn-ops lower) gets 128 from then on, and the first time is logged.
 class StoreDirectory final : public DirectoryStore {
 public:
     // What a refused size falls back to: etcd's default --max-txn-ops ([cluster] txn_ops's default).
     static constexpr std::size_t kStoreDefaultTxnOps = kDefaultTxnOps;
-    StoreDirectory(KvStore& store, const ClusterKeys& keys, std::size_t txn_ops = kStoreDefaultTxnOps)
-        : store_(store), keys_(keys), txn_ops_(std::max<std::size_t>(txn_ops, 1)) {}
+    // Most entries in one segment: 4,096 of 55 bytes keep a transaction well under etcd's
+    // --max-request-bytes (1.5 MiB by default).
+    static constexpr std::size_t kSegmentEntries = 4096;
+    static constexpr std::size_t kEntryBytes = 1 + sizeof(DmaAddressWire) + 4 + 2;
+    // `index`: shared with the member's other writers (null: one of its own).
+    StoreDirectory(KvStore& store, const ClusterKeys& keys, std::size_t txn_ops = kStoreDefaultTxnOps,
+                   std::shared_ptr<SegmentIndex> index = nullptr)
+        : store_(store), keys_(keys), txn_ops_(std::max<std::size_t>(txn_ops, 1)),
+          index_(index ? std::move(index) : std::make_shared<SegmentIndex>()) {}
     void write(std::span<const Op> ops) override;
-    // The transaction size in use: txn_ops, or 128 after the store refused it.
+    // The delete transactions' size in use: txn_ops, or 128 after the store refused it.
     std::size_t txn_ops() const { return txn_ops_.load(std::memory_order_relaxed); }
     std::vector<StoredProcess> load(std::string* version = nullptr) override;
     std::string version() override;  // the processes prefix's key count and newest mod revision
+    // A segment's value, and what one holds (nullopt: not a segment, nor a record of the earlier
+    // layout, or any entry malformed).
+    static std::string encode_segment(std::span<const Op> ops);
+    static std::optional<std::vector<Op>> decode_segment(const std::string& value);
+    // The earlier layout's value: one process as JSON.
     static std::string encode(const StoredProcess& p);
     static std::optional<StoredProcess> decode(const std::string& value);
+    // The processes the store's segments hold, newest entry winning (what load() returns).
+    static std::vector<StoredProcess> resolve(std::vector<KvEntry> all);
 
 private:
-    void write_in(const std::vector<std::pair<std::string, std::string>>& puts, const std::vector<std::string>& dels,
-                  std::size_t txn_ops);
+    void commit(const std::string& key, const std::string& value, const std::vector<SegmentIndex::Change>& changes);
+    void compact();
+    bool fall_back(std::size_t n, const StoreRefused& e);
     KvStore& store_;
     ClusterKeys keys_;
     std::atomic<std::size_t> txn_ops_;
+    std::shared_ptr<SegmentIndex> index_;
 };
 
 struct ClusterCounters {
@@ -135,6 +219,7 @@ private:
     Warmer warmer_;
     uint64_t warm_period_ms_ = 1000;
     std::thread warm_thread_;
+    std::shared_ptr<SegmentIndex> segments_;  // the active's writers', one for all of them
     std::unique_ptr<StoreDirectory> directory_;
     std::vector<std::unique_ptr<KvStore>> writer_stores_;
     std::vector<std::unique_ptr<StoreDirectory>> writer_directories_;

@@ -272,6 +272,15 @@ void EtcdStore::erase(const std::vector<std::string>& keys) {
     txn_rpc(q);
 }
 
+void EtcdStore::put_erase(const std::vector<std::pair<std::string, std::string>>& puts,
+                          const std::vector<std::string>& erases) {
+    if (puts.empty() && erases.empty()) return;
+    pb::TxnRequest q;
+    for (const auto& [k, v] : puts) add_put(q, k, v, 0);
+    for (const auto& k : erases) q.add_success()->mutable_request_delete_range()->set_key(k);
+    txn_rpc(q);
+}
+
 int64_t EtcdStore::put_if(const std::string& key, const std::string& value, int64_t lease, int64_t expect_mod,
                           std::optional<KvEntry>* current) {
     pb::TxnRequest q;

@@ -126,6 +126,16 @@ void MemStore::erase(const std::vector<std::string>& keys) {
     for (const auto& k : keys) kv_.erase(k);
 }
 
+void MemStore::put_erase(const std::vector<std::pair<std::string, std::string>>& puts,
+                         const std::vector<std::string>& erases) {
+    std::lock_guard lk(mu_);
+    enter();
+    check_txn_size(puts.size() + erases.size());
+    ++revision_;
+    for (const auto& [k, v] : puts) put_locked(k, v, 0);
+    for (const auto& k : erases) kv_.erase(k);
+}
+
 int64_t MemStore::put_if(const std::string& key, const std::string& value, int64_t lease, int64_t expect_mod,
                          std::optional<KvEntry>* current) {
     std::lock_guard lk(mu_);

@@ -80,6 +80,9 @@ public:
     virtual void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease = 0) = 0;
     void put(const std::string& key, const std::string& value, int64_t lease = 0) { put({{key, value}}, lease); }
     virtual void erase(const std::vector<std::string>& keys) = 0;
+    // Puts (no lease) and deletes in one transaction: all or none.
+    virtual void put_erase(const std::vector<std::pair<std::string, std::string>>& puts,
+                           const std::vector<std::string>& erases) = 0;
     // Puts only if the key's mod revision is `expect_mod` (0: only if the key does not exist).
     // Returns the new mod revision, or 0 when the compare failed: then *current (may be null) gets
     // the key as it is (nullopt: absent).
@@ -119,6 +122,8 @@ public:
     using KvStore::put;
     void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease = 0) override;
     void erase(const std::vector<std::string>& keys) override;
+    void put_erase(const std::vector<std::pair<std::string, std::string>>& puts,
+                   const std::vector<std::string>& erases) override;
     int64_t put_if(const std::string& key, const std::string& value, int64_t lease, int64_t expect_mod,
                    std::optional<KvEntry>* current) override;
     bool erase_if(const std::string& key, const std::string& value) override;
@@ -179,6 +184,8 @@ public:
     using KvStore::put;
     void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t lease = 0) override;
     void erase(const std::vector<std::string>& keys) override;
+    void put_erase(const std::vector<std::pair<std::string, std::string>>& puts,
+                   const std::vector<std::string>& erases) override;
     int64_t put_if(const std::string& key, const std::string& value, int64_t lease, int64_t expect_mod,
                    std::optional<KvEntry>* current) override;
     bool erase_if(const std::string& key, const std::string& value) override;

@@ -155,9 +155,23 @@ TEST_F(Healthy, ARequestEtcdRefusesIsRefusedNotUnavailable) {
     EXPECT_TRUE(s.range(p).empty()) << "all or none";
 }
 
-TEST_F(Healthy, ADirectoryWriteOverTheStoresTxnLimitGoesInAgainInTransactionsOf128) {
-    // [cluster] txn_ops 500 against members left at etcd's --max-txn-ops of 128: the first
-    // transaction is refused, and the write goes in again in transactions of 128, losing nothing.
+TEST_F(Healthy, PutsAndDeletesGoInOneTransaction) {
+    EtcdStore s(eps_);
+    const std::string p = prefix("put-erase");
+    s.put({{p + "old", "1"}, {p + "other", "2"}});
+    s.put_erase({{p + "new", "3"}}, {p + "old"});
+    const auto all = s.range(p);
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(all[0].key, p + "new");
+    EXPECT_EQ(all[1].key, p + "other");
+    s.put_erase({}, {p + "new", p + "other"});
+    EXPECT_TRUE(s.range(p).empty());
+}
+
+TEST_F(Healthy, ADirectoryCompactionOverTheStoresTxnLimitGoesInAgainInTransactionsOf128) {
+    // [cluster] txn_ops 500 against members left at etcd's --max-txn-ops of 128: 300 processes
+    // written one at a time (300 segments), then removed in one write; the deletion of the 300
+    // segments that leaves nothing needs is refused once and goes in again in transactions of 128.
     EtcdStore s(eps_);
     const char* run = std::getenv("FEDGATE_ETCD_RUN");
     const fedgate::ClusterKeys keys(std::string("txn-ops-") + (run != nullptr ? run : "0"));
@@ -171,16 +185,18 @@ TEST_F(Healthy, ADirectoryWriteOverTheStoresTxnLimitGoesInAgainInTransactionsOf1
         r.ipv4 = 0xC612010A;  // 198.18.1.10
         r.port = static_cast<uint16_t>(7000 + i);
         ops.push_back({false, {r, 0xC612010A, static_cast<uint16_t>(40000 + i)}});
+        dir.write(std::span(&ops.back(), 1));
     }
-    dir.write(ops);
-    EXPECT_EQ(dir.txn_ops(), fedgate::StoreDirectory::kStoreDefaultTxnOps);
+    EXPECT_EQ(s.range(keys.processes()).size(), 300u) << "a segment per write";
     const auto all = dir.load();
     ASSERT_EQ(all.size(), 300u);
     for (const auto& p : all) EXPECT_EQ(p.record.port, 7000 + p.record.pid.local());
-    std::vector<std::string> k;
-    for (const auto& e : s.range(keys.processes())) k.push_back(e.key);
-    for (std::size_t at = 0; at < k.size(); at += 100)
-        s.erase({k.begin() + static_cast<std::ptrdiff_t>(at), k.begin() + static_cast<std::ptrdiff_t>(std::min(k.size(), at + 100))});
+    EXPECT_EQ(dir.txn_ops(), 500u);
+    for (auto& op : ops) op.remove = true;
+    dir.write(ops);
+    EXPECT_EQ(dir.txn_ops(), fedgate::StoreDirectory::kStoreDefaultTxnOps);
+    EXPECT_TRUE(dir.load().empty());
+    EXPECT_TRUE(s.range(keys.processes()).empty()) << "nothing left: the 300, then the removals' own segment";
 }
 
 TEST_F(Healthy, AnEndpointWhereNothingListensIsUnavailableAndNotReached) {

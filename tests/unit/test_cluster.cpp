@@ -12,7 +12,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -201,6 +203,9 @@ public:
     using KvStore::put;
     void put(const std::vector<std::pair<std::string, std::string>>& kvs, int64_t l) override { gate(), real_.put(kvs, l); }
     void erase(const std::vector<std::string>& k) override { gate(), real_.erase(k); }
+    void put_erase(const std::vector<std::pair<std::string, std::string>>& p, const std::vector<std::string>& e) override {
+        gate(), real_.put_erase(p, e);
+    }
     int64_t put_if(const std::string& k, const std::string& v, int64_t l, int64_t e, std::optional<KvEntry>* c) override {
         return gate(), real_.put_if(k, v, l, e, c);
     }
@@ -420,44 +425,243 @@ TEST(StoreDirectory, KeepsEachProcessesLastOpInBatchesAndReadsThemBack) {
     EXPECT_FALSE(fedgate::StoreDirectory::decode("not json").has_value());
 }
 
-TEST(StoreDirectory, WritesInTransactionsOfTxnOpsAndFallsBackTo128WhenTheStoreRefusesThem) {
+using Ops = std::vector<fedgate::DirectoryStore::Op>;
+
+Ops ops_for(uint32_t from, uint32_t n, bool remove) {
+    Ops ops;
+    for (uint32_t i = from; i < from + n; ++i)
+        ops.push_back({remove, {node_record(i), 0xC612010A, static_cast<uint16_t>(40000 + i % 20000)}});
+    return ops;
+}
+
+std::size_t keys_under(MemStore& store, const std::string& prefix) { return store.range(prefix).size(); }
+
+// Each write as one segment (one key, one transaction); a segment nothing needs any more deleted,
+// in transactions of up to txn_ops keys, and 128 once the store refused txn_ops.
+TEST(StoreDirectory, WritesEachBatchAsOneSegmentAndDeletesWhatNothingNeedsInTransactionsOfTxnOps) {
     Clock c;
     MemStore store(c.fn());
-    const auto ops_for = [](uint32_t from, uint32_t n, bool remove) {
-        std::vector<fedgate::DirectoryStore::Op> ops;
-        for (uint32_t i = from; i < from + n; ++i)
-            ops.push_back({remove, {node_record(i), 0xC612010A, static_cast<uint16_t>(40000 + i % 20000)}});
-        return ops;
-    };
+    const std::string at = ClusterKeys("alpha").processes();
     fedgate::StoreDirectory dir(store, ClusterKeys("alpha"), 500);
     EXPECT_EQ(dir.txn_ops(), 500u);
     int64_t before = store.revision();
     dir.write(ops_for(1, 1200, false));
-    EXPECT_EQ(store.revision() - before, 3) << "1,200 puts in transactions of 500, 500 and 200";
+    EXPECT_EQ(store.revision() - before, 1) << "1,200 registrations in one transaction";
+    EXPECT_EQ(keys_under(store, at), 1u) << "as one key";
     before = store.revision();
-    dir.write(ops_for(1, 600, true));
-    EXPECT_EQ(store.revision() - before, 2) << "600 deletes in transactions of 500 and 100";
-    EXPECT_EQ(dir.load().size(), 600u);
+    dir.write(ops_for(2001, 5000, false));
+    EXPECT_EQ(store.revision() - before, 2) << "5,000 in segments of 4,096 and 904, a transaction each";
+    EXPECT_EQ(keys_under(store, at), 3u);
+    for (uint32_t i = 10001; i <= 11200; ++i) dir.write(ops_for(i, 1, false));
+    EXPECT_EQ(keys_under(store, at), 1203u) << "a write, a segment";
+    EXPECT_EQ(dir.load().size(), 7400u);
+    before = store.revision();
+    dir.write(ops_for(10001, 1200, true));
+    EXPECT_EQ(store.revision() - before, 5)
+        << "the removals' segment, then the 1,200 it left unneeded in transactions of 500, 500 and 200, then "
+           "the removals' own (no segment holds those processes any more)";
+    EXPECT_EQ(keys_under(store, at), 3u) << "nothing of the 1,200 processes left";
+    EXPECT_EQ(dir.load().size(), 6200u);
 
-    // The store takes at most 300 (its --max-txn-ops lower than txn_ops): the write is refused once,
-    // then goes in again in transactions of 128, and so do the later ones.
+    // The store takes at most 300 (its --max-txn-ops lower than txn_ops): the deletions are refused
+    // once, then go in transactions of 128, and so do the later ones.
     store.set_max_txn_ops(300);
+    for (uint32_t i = 20001; i <= 20400; ++i) dir.write(ops_for(i, 1, false));
     before = store.revision();
-    dir.write(ops_for(2001, 400, false));
+    dir.write(ops_for(20001, 400, true));
     EXPECT_EQ(dir.txn_ops(), fedgate::StoreDirectory::kStoreDefaultTxnOps);
-    EXPECT_EQ(store.revision() - before, 4) << "400 puts in transactions of 128, 128, 128 and 16";
-    EXPECT_EQ(dir.load().size(), 1000u) << "nothing lost to the refusal";
-    before = store.revision();
-    dir.write(ops_for(3001, 256, false));
-    EXPECT_EQ(store.revision() - before, 2);
+    EXPECT_EQ(store.revision() - before, 6) << "the removals, 400 deletions in 128, 128, 128 and 16, the removals' own";
+    EXPECT_EQ(keys_under(store, at), 3u);
 
-    // Below 128 there is nothing to fall back to: the refusal reaches the caller.
+    // Below 128 there is nothing to fall back to: the deletions wait (the write itself is in), a
+    // directory that reads the store again finds them and makes them with its first write.
     store.set_max_txn_ops(100);
-    EXPECT_THROW(dir.write(ops_for(4001, 200, false)), fedgate::StoreRefused);
-    fedgate::StoreDirectory small(store, ClusterKeys("alpha"), 50);
-    before = store.revision();
-    small.write(ops_for(5001, 120, false));
-    EXPECT_EQ(store.revision() - before, 3) << "120 puts in transactions of 50, 50 and 20";
+    for (uint32_t i = 30001; i <= 30200; ++i) dir.write(ops_for(i, 1, false));
+    EXPECT_NO_THROW(dir.write(ops_for(30001, 200, true)));
+    EXPECT_EQ(keys_under(store, at), 204u) << "nothing deleted";
+    EXPECT_EQ(dir.load().size(), 6200u) << "and yet the removed processes are gone";
+    store.set_max_txn_ops(0);
+    fedgate::StoreDirectory fresh(store, ClusterKeys("alpha"), 500);
+    fresh.write(ops_for(40001, 1, false));
+    EXPECT_EQ(keys_under(store, at), 4u) << "the three, and the new process's";
+    EXPECT_EQ(fresh.load().size(), 6201u);
+}
+
+// A removal hides a process's older registrations, so its segment stays while any of them does;
+// one that hides nothing goes.
+TEST(StoreDirectory, ASegmentGoesOnlyOnceNothingInItIsNeeded) {
+    Clock c;
+    MemStore store(c.fn());
+    const std::string at = ClusterKeys("alpha").processes();
+    fedgate::StoreDirectory dir(store, ClusterKeys("alpha"));
+    const auto pids = [&](fedgate::DirectoryStore& d) {
+        std::vector<uint32_t> out;
+        for (const auto& p : d.load()) out.push_back(p.record.pid.local());
+        return out;
+    };
+    dir.write(Ops{{false, {node_record(1), 1, 1}}, {false, {node_record(2), 1, 2}}});  // S1
+    dir.write(Ops{{false, {node_record(1, 2), 1, 1}}});                                 // S2: 1 again
+    EXPECT_EQ(keys_under(store, at), 2u) << "S1 still holds 2";
+    dir.write(Ops{{true, {node_record(1, 2), 0, 0}}});  // S3: 1 gone; S2 unneeded
+    EXPECT_EQ(keys_under(store, at), 2u) << "S1 and S3: S3 hides S1's 1";
+    EXPECT_EQ(pids(dir), std::vector<uint32_t>{2});
+    fedgate::StoreDirectory other(store, ClusterKeys("alpha"));  // another member: reads the store
+    EXPECT_EQ(pids(other), std::vector<uint32_t>{2});
+    other.write(Ops{{true, {node_record(2), 0, 0}}});  // S4: 2 gone; S1, then S3 and S4 unneeded
+    EXPECT_EQ(keys_under(store, at), 0u);
+    EXPECT_TRUE(dir.load().empty());
+    // A key of the earlier layout (a process's JSON record) reads as one registration and goes
+    // once a segment supersedes it.
+    store.put(at + "0001000200000009", fedgate::StoreDirectory::encode({node_record(9), 1, 9}));
+    EXPECT_EQ(pids(other), std::vector<uint32_t>{9});
+    fedgate::StoreDirectory third(store, ClusterKeys("alpha"));
+    third.write(Ops{{false, {node_record(9, 3), 1, 9}}});
+    ASSERT_EQ(keys_under(store, at), 1u);
+    EXPECT_EQ(store.range(at)[0].key.rfind(at + "seg-", 0), 0u) << "the earlier key went";
+    EXPECT_EQ(third.load().at(0).record.epoch, 3u);
+}
+
+// Random writes from several members in turn, some refused by a store without quorum: what load()
+// reads is each process's newest change the store took, and no segment in the store could go
+// without changing that.
+TEST(StoreDirectory, AnyRunOfWritesReadsBackTheNewestOfEachProcessAndLeavesNoSegmentNothingNeeds) {
+    Clock c;
+    MemStore store(c.fn());
+    const std::string at = ClusterKeys("alpha").processes();
+    std::vector<std::unique_ptr<fedgate::StoreDirectory>> members;
+    std::vector<std::shared_ptr<fedgate::SegmentIndex>> indexes;
+    for (int i = 0; i < 3; ++i) {
+        indexes.push_back(std::make_shared<fedgate::SegmentIndex>());
+        members.push_back(std::make_unique<fedgate::StoreDirectory>(store, ClusterKeys("alpha"), 4, indexes.back()));
+    }
+    std::size_t last_writer = 0;
+    std::map<uint32_t, fedgate::StoredProcess> model;
+    std::mt19937 rng(7);
+    const auto as_map = [](const std::vector<fedgate::StoredProcess>& v) {
+        std::map<uint32_t, fedgate::StoredProcess> m;
+        for (const auto& p : v) m[p.record.pid.local()] = p;
+        return m;
+    };
+    for (int round = 0; round < 400; ++round) {
+        const std::size_t who = rng() % 5 == 0 ? rng() % members.size() : last_writer;
+        if (who != last_writer) {  // a takeover: the new active reads the store first (ClusterService)
+            std::lock_guard lk(indexes[who]->mu);
+            indexes[who]->invalidate();
+            last_writer = who;
+        }
+        fedgate::StoreDirectory& d = *members[who];
+        Ops ops;
+        const uint32_t n = 1 + rng() % 6;
+        for (uint32_t k = 0; k < n; ++k) {
+            const uint32_t local = 1 + rng() % 16;
+            ops.push_back({rng() % 3 == 0, {node_record(local, 1 + rng() % 1000), 0xC612010A, static_cast<uint16_t>(rng())}});
+        }
+        const bool down = rng() % 10 == 0;
+        store.set_available(!down);
+        if (down) {
+            EXPECT_THROW(d.write(ops), StoreUnavailable);
+            store.set_available(true);
+            continue;
+        }
+        d.write(ops);
+        for (const auto& op : ops) {
+            if (op.remove)
+                model.erase(op.process.record.pid.local());
+            else
+                model[op.process.record.pid.local()] = op.process;
+        }
+        const auto all = store.range(at);
+        const auto read = as_map(d.load());
+        ASSERT_EQ(read.size(), model.size()) << "round " << round;
+        for (const auto& [local, p] : model) {
+            ASSERT_TRUE(read.contains(local)) << "round " << round << ": 1.2." << local;
+            EXPECT_EQ(read.at(local).record, p.record);
+            EXPECT_EQ(read.at(local).control_port, p.control_port);
+        }
+        // After a write the active member knows every segment: each one left holds a process's
+        // newest entry that is a registration, or a removal that hides a registration elsewhere.
+        std::map<uint32_t, std::pair<int64_t, bool>> newest;  // process -> (revision, removed)
+        std::map<uint32_t, int> registered;                   // process -> segments registering it
+        std::vector<std::vector<fedgate::DirectoryStore::Op>> segs;
+        for (const KvEntry& e : all) {
+            segs.push_back(*fedgate::StoreDirectory::decode_segment(e.value));
+            for (const auto& op : segs.back()) {
+                auto& n = newest[op.process.record.pid.local()];
+                if (e.mod_revision >= n.first) n = {e.mod_revision, op.remove};
+                if (!op.remove) ++registered[op.process.record.pid.local()];
+            }
+        }
+        for (std::size_t k = 0; k < all.size(); ++k) {
+            bool needed = false;
+            for (const auto& op : segs[k]) {
+                const uint32_t local = op.process.record.pid.local();
+                if (newest[local].first != all[k].mod_revision) continue;
+                needed = needed || !op.remove || registered[local] > 0;
+            }
+            EXPECT_TRUE(needed) << "round " << round << ": " << all[k].key << " is left in the store, and nothing needs it";
+        }
+    }
+}
+
+// The member's writer threads share one index: concurrent writes of different processes leave
+// the newest of each, and the segments they superseded are gone.
+TEST(StoreDirectory, WritersSharingAnIndexCompactWhatEachOtherSuperseded) {
+    Clock c;
+    MemStore store(c.fn());
+    const std::string at = ClusterKeys("alpha").processes();
+    auto index = std::make_shared<fedgate::SegmentIndex>();
+    std::vector<std::unique_ptr<fedgate::StoreDirectory>> w;
+    for (int i = 0; i < 4; ++i) w.push_back(std::make_unique<fedgate::StoreDirectory>(store, ClusterKeys("alpha"), 128, index));
+    // Each process first in a segment with the other writers' (written by writer 0), then again on
+    // its own writer, then removed there: nothing of anything is left.
+    w[0]->write(ops_for(1, 400, false));
+    std::vector<std::thread> threads;
+    for (uint32_t t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (uint32_t i = 1 + t * 100; i <= 100 + t * 100; ++i) {
+                auto again = ops_for(i, 1, false);
+                again[0].process.record.epoch = 2;
+                w[t]->write(again);
+            }
+            for (uint32_t i = 1 + t * 100; i <= 100 + t * 100; i += 10) w[t]->write(ops_for(i, 10, true));
+        });
+    for (auto& th : threads) th.join();
+    EXPECT_TRUE(w[0]->load().empty());
+    EXPECT_EQ(keys_under(store, at), 0u);
+    std::lock_guard lk(index->mu);
+    EXPECT_EQ(index->segments(), 0u);
+    EXPECT_EQ(index->processes(), 0u);
+}
+
+// Segments read from the store are checked whole: a bad one reads as nothing, never a crash.
+TEST(StoreDirectory, ASegmentThatIsNotOneReadsAsNothing) {
+    const std::string good = fedgate::StoreDirectory::encode_segment(ops_for(1, 3, false));
+    ASSERT_EQ(good.size(), 4 + 3 * fedgate::StoreDirectory::kEntryBytes);
+    const auto back = fedgate::StoreDirectory::decode_segment(good);
+    ASSERT_TRUE(back.has_value());
+    ASSERT_EQ(back->size(), 3u);
+    EXPECT_EQ((*back)[2].process.record, node_record(3));
+    EXPECT_EQ((*back)[2].process.control_port, 40003);
+    EXPECT_EQ((*back)[2].process.source, 0xC612010Au);
+    EXPECT_FALSE(fedgate::StoreDirectory::decode_segment(good.substr(0, good.size() - 1)).has_value()) << "cut short";
+    std::string bad = good;
+    bad[0] = 'X';
+    EXPECT_FALSE(fedgate::StoreDirectory::decode_segment(bad).has_value()) << "not the magic";
+    bad = good;
+    bad[4] = 2;
+    EXPECT_FALSE(fedgate::StoreDirectory::decode_segment(bad).has_value()) << "neither registration nor removal";
+    EXPECT_FALSE(fedgate::StoreDirectory::decode_segment("").has_value());
+    EXPECT_FALSE(fedgate::StoreDirectory::decode_segment("{").has_value());
+    std::mt19937 rng(3);
+    for (int i = 0; i < 2000; ++i) {
+        std::string v = good;
+        v[rng() % v.size()] = static_cast<char>(rng());
+        if (rng() % 4 == 0) v.resize(rng() % (v.size() + 1));
+        const auto r = fedgate::StoreDirectory::decode_segment(v);  // no crash, whatever it says
+        if (r) {
+            EXPECT_LE(r->size(), 3u);
+        }
+    }
 }
 
 TEST(StoreDirectory, ItsVersionChangesWithEveryChangeToTheProcessesAndOnlyThen) {
