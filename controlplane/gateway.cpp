@@ -417,14 +417,15 @@ void Gateway::start() {
     resolution_->set_auto_mappings(auto_maps_.get());
     if (cluster_) {
         resolution_->set_directory_store(cluster_->directory_store());
-        // Registrations go into the store on writer threads, several transactions at a time, and the
-        // punt thread collects them when a writer rings its doorbell.
+        // Registrations go into the store on writer threads, several transactions at a time (each a
+        // segment of up to 4,096 changes), and the punt thread collects them when a writer rings
+        // its doorbell.
         resolution_->set_directory_writers(std::make_unique<StoreWriters>(cluster_->directory_writers(),
                                                                           [fd = wake_.fd] {
                                                                               const uint64_t one = 1;
                                                                               (void)!::write(fd, &one, sizeof one);
                                                                           }),
-                                           cfg_.cluster.txn_ops);
+                                           StoreDirectory::kSegmentEntries);
         // A standby keeps a copy of the group's directory, so a takeover need not read it.
         cluster_->set_directory_warmer([r = resolution_.get()](std::vector<StoredProcess> all, std::string version) {
             r->warm(std::move(all), std::move(version));

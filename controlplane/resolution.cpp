@@ -664,10 +664,12 @@ std::vector<DirectoryStore::Op> ResolutionService::ops_of(const std::vector<Stag
     return ops;
 }
 
-// What is staged goes out on the idle writers, a batch each; a process with a change in flight
-// keeps its later ones here until that write is back, so the store sees its changes in order.
+// What is staged goes out on the idle writers, a batch each (with two writes out, only a batch of
+// kBusyBatch); a process with a change in flight keeps its later ones here until that write is
+// back, so the store sees its changes in order.
 void ResolutionService::submit_staged() {
     while (!staged_.empty() && writers_->idle() > 0) {
+        if (in_flight_.size() >= 2 && staged_.size() < kBusyBatch) return;
         std::vector<Staged> batch, held;
         std::unordered_set<uint64_t> in_batch, kept;
         for (Staged& st : staged_) {

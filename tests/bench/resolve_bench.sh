@@ -43,8 +43,13 @@
 #   RESOLVE_BENCH_GROUP_REGS=2000   part 4: registrations in each burst (alone, then as a member)
 #   RESOLVE_BENCH_WINDOW=64         register-many: registrations in flight
 #   RESOLVE_BENCH_ETCD_MEMBERS=3    part 4: the store's members, 3 or 1 (all on this machine)
-#   RESOLVE_BENCH_TXN_OPS=128       part 4: the member's [cluster] txn_ops and, above 128, the
-#                                   store's --max-txn-ops (128: etcd's default, left as it is)
+#   RESOLVE_BENCH_ETCD_DATA=memory  part 4: the store members' data directories on /dev/shm
+#                                   (memory), or under $TMPDIR on this machine's disk (disk): three
+#                                   members fsyncing on one virtual disk measure the disk, which a
+#                                   deployment gives each member of its own
+#   RESOLVE_BENCH_TXN_OPS=128       part 4: the member's [cluster] txn_ops (most segment deletions
+#                                   in one transaction) and, above 128, the store's --max-txn-ops
+#                                   (128: etcd's default, left as it is)
 #   RESOLVE_BENCH_REG_LIMIT_S=150   part 3: stop registering after this long (the rest is measured
 #                                   with what got registered; the script says so)
 #   RESOLVE_BENCH_ANNOUNCE_LIMIT_S=150  part 3: longest wait for A to hold B's records
@@ -77,7 +82,20 @@ ETCD_MEMBERS=${RESOLVE_BENCH_ETCD_MEMBERS:-3}
 TXN_OPS=${RESOLVE_BENCH_TXN_OPS:-128}
 [[ $ETCD_MEMBERS == 1 || $ETCD_MEMBERS == 3 ]] ||
     { echo "resolve_bench: RESOLVE_BENCH_ETCD_MEMBERS must be 1 or 3, got '$ETCD_MEMBERS'" >&2; exit 2; }
+ETCD_DATA=${RESOLVE_BENCH_ETCD_DATA:-memory}
+[[ $ETCD_DATA == memory || $ETCD_DATA == disk ]] ||
+    { echo "resolve_bench: RESOLVE_BENCH_ETCD_DATA must be memory or disk, got '$ETCD_DATA'" >&2; exit 2; }
+ETCD_TMP=${TMPDIR:-/tmp}
+if [[ $ETCD_DATA == memory ]]; then
+    if [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs ]]; then
+        ETCD_TMP=/dev/shm
+    else
+        echo "resolve_bench: /dev/shm is no tmpfs here: the store's data goes to $ETCD_TMP (disk)" >&2
+        ETCD_DATA=disk
+    fi
+fi
 STORE_TEXT=$([[ $ETCD_MEMBERS == 1 ]] && echo "a one-member etcd" || echo "a three-member etcd")
+STORE_TEXT+=" (data in $([[ $ETCD_DATA == memory ]] && echo "memory, /dev/shm" || echo "$ETCD_TMP, on disk"))"
 uint_in() { # uint_in WHAT VALUE MIN MAX — exits 2 unless VALUE is an integer in MIN..MAX
     if ! [[ $2 =~ ^[0-9]{1,9}$ ]] || (($2 < $3 || $2 > $4)); then
         echo "resolve_bench: $1 must be $3..$4, got '$2'" >&2
@@ -620,7 +638,7 @@ run_part4() {
     # member agree on the size. 128 leaves etcd as it comes.
     local max_txn=''
     ((TXN_OPS > 128)) && max_txn=$TXN_OPS
-    if ! ETCD_MEMBERS=$ETCD_MEMBERS ETCD_MAX_TXN_OPS=$max_txn etcd_up "${LAB_PREFIX}et" ||
+    if ! TMPDIR=$ETCD_TMP ETCD_MEMBERS=$ETCD_MEMBERS ETCD_MAX_TXN_OPS=$max_txn etcd_up "${LAB_PREFIX}et" ||
         ! etcd_attach "$NS_A_GW" "$GROUP_IP"; then
         result "part 4: FAILED (the etcd cluster did not come up)"
         smoke_fail "part 4: the etcd cluster did not come up"
@@ -652,8 +670,8 @@ run_part4() {
     write_ms=$(($(gstat a "['resolution']['directory']['store_write_ms']") - write_ms0))
     ((writes > 0)) && say "  A member: $writes writes to the store, $((GROUP_N / writes)) registrations and" \
         "$((write_ms / writes)) ms each on average"
-    store_n=$(etcd_ctl get --prefix /fedgate/alpha/processes/ --keys-only | grep -c . || true)
-    say "  the store holds $store_n of alpha's processes (the burst and the warm-up's 16); A (role, store healthy): $(lab_ctl a cluster status --json | jq_py "r['role'], r['store']['healthy']")"
+    store_n=$(etcd_processes alpha)
+    say "  the store holds $store_n of alpha's processes in $(etcd_ctl get --prefix /fedgate/alpha/processes/ --keys-only | grep -c . || true) segments (the burst and the warm-up's 16); A (role, store healthy): $(lab_ctl a cluster status --json | jq_py "r['role'], r['store']['healthy']")"
     group_leave
 
     alone=$(reg_rate "$alone_line")

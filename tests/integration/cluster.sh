@@ -271,22 +271,7 @@ check "a1 learned 2.7.42 from beta" wait_for "a1 to learn 2.7.42" ctl a1 dir sho
 check "a connection by process ID works through the active a1" connect_by_id 100
 
 # The standby keeps a copy of the store's directory (read again whenever the store's changes).
-# The processes the store holds, read from its segments here (README: a segment per write, "FGD1"
-# and 55-byte entries, the newest entry of a process winning by mod revision).
-stored_count() {
-    etcd_ctl get --prefix /fedgate/alpha/processes/ -w json | python3 -c '
-import base64, json, sys
-newest = {}
-for kv in sorted(json.load(sys.stdin).get("kvs", []), key=lambda kv: int(kv["mod_revision"])):
-    v = base64.b64decode(kv["value"])
-    if v[:1] == b"{":  # the earlier layout: a process per key
-        newest[int(json.loads(v)["record"][:16], 16)] = True
-        continue
-    assert v[:4] == b"FGD1" and (len(v) - 4) % 55 == 0, base64.b64decode(kv["key"])
-    for at in range(4, len(v), 55):
-        newest[int.from_bytes(v[at + 1:at + 9], "big")] = v[at] == 0
-print(sum(newest.values()))' || echo -1
-}
+stored_count() { etcd_processes alpha; }
 check "a2 keeps a warm copy of every process in the store" wait_for "a2's warm copy" \
     eval '(( $(js a2 "r[\"resolution\"][\"directory\"][\"warm\"]" stats) == $(stored_count) && $(stored_count) > 0 ))'
 # ... and a copy of the active's remote resolution records, over the sync channel: beta's 2.7.42

@@ -75,6 +75,23 @@ etcd_ctl() { # etcd_ctl ARGS... — etcdctl against all three members
     _etcd_ctl_at "$ETCD_ENDPOINTS" "$@"
 }
 
+etcd_processes() { # etcd_processes PARTY — how many processes PARTY's directory holds in the store
+    # Read from its segments here, independently of fedgated (README: a segment per write, "FGD1"
+    # and 55-byte entries; a process's newest entry wins by mod revision; -1: unreadable).
+    etcd_ctl get --prefix "/fedgate/$1/processes/" -w json | python3 -c '
+import base64, json, sys
+newest = {}
+for kv in sorted(json.load(sys.stdin).get("kvs", []), key=lambda kv: int(kv["mod_revision"])):
+    v = base64.b64decode(kv["value"])
+    if v[:1] == b"{":  # the earlier layout: a process per key
+        newest[int(json.loads(v)["record"][:16], 16)] = True
+        continue
+    assert v[:4] == b"FGD1" and (len(v) - 4) % 55 == 0, base64.b64decode(kv["key"])
+    for at in range(4, len(v), 55):
+        newest[int.from_bytes(v[at + 1:at + 9], "big")] = v[at] == 0
+print(sum(newest.values()))' 2>/dev/null || echo -1
+}
+
 # _etcd_wait WHAT CMD...: polls CMD every 0.2 s until it succeeds or ETCD_TIMEOUT_S passes.
 _etcd_wait() {
     local what=$1 deadline=$((SECONDS + ETCD_TIMEOUT_S))

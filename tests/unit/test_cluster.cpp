@@ -1030,6 +1030,60 @@ TEST_F(MemberWithWriters, AWriteTheStoreRefusesTakesItsRegistrationsBack) {
     EXPECT_EQ(svc->stats()["directory"]["store_failures"], 1u);
 }
 
+// With two writes out, small ones wait for them: what is staged goes out once it fills a batch of
+// ResolutionService::kBusyBatch, or when a write comes back. Fewer, bigger writes: a write costs
+// the store and the member's writer threads about the same whatever it carries.
+struct MemberWithThreeWriters : MemberDirectory {
+    GatedDirectory gate1{dir}, gate2{dir}, gate3{dir};
+    void SetUp() override {
+        MemberDirectory::SetUp();
+        svc->set_directory_writers(std::make_unique<fedgate::StoreWriters>(
+                                       std::vector<fedgate::DirectoryStore*>{&gate1, &gate2, &gate3}, [] {}),
+                                   fedgate::StoreDirectory::kSegmentEntries);
+    }
+    void TearDown() override {
+        for (GatedDirectory* g : {&gate1, &gate2, &gate3}) g->release();
+        svc->stop_directory_writers();
+    }
+    std::size_t started() { return gate1.started() + gate2.started() + gate3.started(); }
+};
+
+TEST_F(MemberWithThreeWriters, WithTwoWritesOutTheNextWaitsUntilItFillsABatch) {
+    reg(1, 1);
+    svc->flush(clock.ms);
+    reg(2, 2);
+    svc->flush(clock.ms);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (started() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    ASSERT_EQ(started(), 2u) << "the first two go out at once, a write each";
+    const uint32_t batch = static_cast<uint32_t>(fedgate::ResolutionService::kBusyBatch);
+    for (uint32_t i = 0; i + 1 < batch; ++i) reg(100 + i, 100 + i);
+    svc->flush(clock.ms);
+    EXPECT_EQ(svc->staged(), batch - 1) << "a third writer is idle, and yet a small write waits";
+    reg(99, 99);
+    svc->flush(clock.ms);
+    while (started() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    ASSERT_EQ(started(), 3u);
+    EXPECT_EQ(svc->staged(), 0u);
+    EXPECT_EQ(gate3.seen().at(0).size() + gate2.seen().at(0).size() + gate1.seen().at(0).size(), batch + 2u)
+        << "the full batch in one write";
+    // Fewer than two writes out again: what is staged goes, however little.
+    reg(3, 3);
+    svc->flush(clock.ms);
+    EXPECT_EQ(svc->staged(), 1u);
+    std::vector<GatedDirectory*> small;  // the writers holding the first two registrations
+    for (GatedDirectory* g : {&gate1, &gate2, &gate3})
+        if (g->seen().at(0).size() == 1) small.push_back(g);
+    ASSERT_EQ(small.size(), 2u);
+    small[0]->release();  // three out, one back: two still out
+    while (replies().empty() && std::chrono::steady_clock::now() < deadline) svc->flush(clock.ms);
+    svc->flush(clock.ms);
+    EXPECT_EQ(svc->staged(), 1u) << "two writes still out";
+    small[1]->release();
+    while (svc->staged() != 0 && std::chrono::steady_clock::now() < deadline) svc->flush(clock.ms);
+    EXPECT_EQ(svc->staged(), 0u);
+}
+
 // ---- config ----------------------------------------------------------------------------------
 
 std::string with_cluster(const std::string& section) { return kBase + "\n" + section + "\n"; }
