@@ -4,7 +4,7 @@
 # prints what each run reached, and with --merge writes the minimized corpus back into the tree.
 set -euo pipefail
 
-ALL_TARGETS=(packet config nat resolve handshake announce sync)
+ALL_TARGETS=(packet config nat resolve handshake announce sync store)
 
 usage() {
     cat <<'TXT'
@@ -25,7 +25,7 @@ Runs each fuzz target for the time given, one after the other, on a copy of its 
 Options:
   --minutes N        time per target (default 5)
   --seconds N        time per target in seconds (for a quick check)
-  --targets a,b      only these (default: packet,config,nat,resolve,handshake,announce,sync)
+  --targets a,b      only these (default: packet,config,nat,resolve,handshake,announce,sync,store)
   --merge            after the runs, minimize each target's corpus (libFuzzer -merge=1) and write
                      it back to tests/fuzz/corpus/<target>/ (commit it, so the next run starts
                      there); without it the tree is left untouched

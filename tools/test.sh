@@ -55,13 +55,13 @@ if ((!QUICK)); then
     step "fuzz targets (clang, libFuzzer), ${FUZZ_SECONDS}s each"
     CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATE_FUZZ=ON \
         -DFEDGATE_TESTS=ON -DFEDGATE_WERROR=ON >/dev/null
-    cmake --build build-fuzz --target fuzz_packet fuzz_config fuzz_nat fuzz_resolve fuzz_handshake fuzz_announce fuzz_sync \
+    cmake --build build-fuzz --target fuzz_packet fuzz_config fuzz_nat fuzz_resolve fuzz_handshake fuzz_announce fuzz_sync fuzz_store \
         fuzz_make_seeds -j "$JOBS"
     # Each target starts where the corpus kept in the tree left off (copied: a run leaves the tree
     # as it was; tools/fuzz.sh --merge writes a grown corpus back), plus the seeds that are made.
     rm -rf build-fuzz/corpus-* build-fuzz/artifacts
     mkdir -p build-fuzz/artifacts
-    for t in packet config nat resolve handshake announce sync; do
+    for t in packet config nat resolve handshake announce sync store; do
         mkdir -p "build-fuzz/corpus-$t"
         if [[ -d tests/fuzz/corpus/$t ]]; then cp -r "tests/fuzz/corpus/$t/." "build-fuzz/corpus-$t/"; fi
     done
@@ -69,7 +69,7 @@ if ((!QUICK)); then
     build-fuzz/tests/fuzz_make_seeds build-fuzz/corpus-nat
     build-fuzz/tests/fuzz_make_seeds build-fuzz/corpus-resolve resolve
     cp dist/fedgate.toml.example build-fuzz/corpus-config/example.toml
-    for t in packet config nat resolve handshake announce sync; do
+    for t in packet config nat resolve handshake announce sync store; do
         build-fuzz/tests/fuzz_$t -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -timeout=10 \
             -artifact_prefix=build-fuzz/artifacts/ "build-fuzz/corpus-$t" 2>&1 | tail -n 4
     done

@@ -625,7 +625,7 @@ run_part4() {
     fi
     bring_lab_up
     say "== part 4: registrations at gateway A alone, then at A as the active member of a group" \
-        "(store: $STORE_TEXT on this machine; $GROUP_N registrations each, window $WINDOW; transactions of up to $TXN_OPS)"
+        "(store: $STORE_TEXT on this machine; $GROUP_N registrations each, window $WINDOW; segments deleted in transactions of up to $TXN_OPS)"
     local alone_line member_line alone member held store_n
     alone_line=$(group_burst 7 5)
     say "  A alone: $alone_line"
