@@ -358,6 +358,10 @@ std::vector<StoredProcess> StoreDirectory::load(std::string* version) {
         }
         *version = version_text(read);
     }
+    if (index_on_load_) {
+        std::lock_guard lk(index_->mu);
+        index_->rebuild(all);
+    }
     return resolve(std::move(all));
 }
 

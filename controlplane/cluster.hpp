@@ -52,7 +52,8 @@ private:
 // registration, or a removal that still hides an older registration in another segment. Built from
 // the store (rebuild) before a member's first write and after any write whose outcome is unknown;
 // kept up to date after each transaction the store took. Shared by one member's writer threads,
-// and read again whenever the member becomes active (another member may have written meanwhile).
+// and built again whenever the member becomes active (another member may have written meanwhile):
+// from the takeover's read of the directory, or by the first write.
 class SegmentIndex {
 public:
     struct Change {
@@ -123,10 +124,11 @@ public:
     // --max-request-bytes (1.5 MiB by default).
     static constexpr std::size_t kSegmentEntries = 4096;
     static constexpr std::size_t kEntryBytes = 1 + sizeof(DmaAddressWire) + 4 + 2;
-    // `index`: shared with the member's other writers (null: one of its own).
+    // `index`: shared with the member's other writers (null: one of its own). A directory given
+    // one also rebuilds it from what load() reads (a takeover's read then serves the first write).
     StoreDirectory(KvStore& store, const ClusterKeys& keys, std::size_t txn_ops = kStoreDefaultTxnOps,
                    std::shared_ptr<SegmentIndex> index = nullptr)
-        : store_(store), keys_(keys), txn_ops_(std::max<std::size_t>(txn_ops, 1)),
+        : store_(store), keys_(keys), txn_ops_(std::max<std::size_t>(txn_ops, 1)), index_on_load_(index != nullptr),
           index_(index ? std::move(index) : std::make_shared<SegmentIndex>()) {}
     void write(std::span<const Op> ops) override;
     // The delete transactions' size in use: txn_ops, or 128 after the store refused it.
@@ -150,6 +152,7 @@ private:
     KvStore& store_;
     ClusterKeys keys_;
     std::atomic<std::size_t> txn_ops_;
+    bool index_on_load_;
     std::shared_ptr<SegmentIndex> index_;
 };
 

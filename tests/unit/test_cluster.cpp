@@ -633,6 +633,32 @@ TEST(StoreDirectory, WritersSharingAnIndexCompactWhatEachOtherSuperseded) {
     EXPECT_EQ(index->processes(), 0u);
 }
 
+// A member that becomes active reads the store (a takeover's load): the index of its writers is
+// rebuilt from that read, so its first write need not read the store again, and compacts what the
+// member before it left.
+TEST(StoreDirectory, ATakeoversReadServesTheFirstWritesIndex) {
+    struct Counting final : Forwarding {
+        using Forwarding::Forwarding;
+        int ranges = 0;
+        std::vector<KvEntry> range(const std::string& p, int64_t* r) override { return ++ranges, real_.range(p, r); }
+    };
+    Clock c;
+    MemStore store(c.fn());
+    const std::string at = ClusterKeys("alpha").processes();
+    fedgate::StoreDirectory before(store, ClusterKeys("alpha"));  // the member that was active
+    before.write(ops_for(1, 10, false));
+    before.write(ops_for(11, 10, false));
+    Counting counted(store);
+    auto index = std::make_shared<fedgate::SegmentIndex>();
+    fedgate::StoreDirectory taker(counted, ClusterKeys("alpha"), 128, index), writer(counted, ClusterKeys("alpha"), 128, index);
+    EXPECT_EQ(taker.load().size(), 20u);
+    EXPECT_EQ(counted.ranges, 1);
+    writer.write(ops_for(1, 10, true));  // the first segment's processes gone: it goes, and so do the removals
+    EXPECT_EQ(counted.ranges, 1) << "the write read the store again";
+    EXPECT_EQ(keys_under(store, at), 1u);
+    EXPECT_EQ(taker.load().size(), 10u);
+}
+
 // Segments read from the store are checked whole: a bad one reads as nothing, never a crash.
 TEST(StoreDirectory, ASegmentThatIsNotOneReadsAsNothing) {
     const std::string good = fedgate::StoreDirectory::encode_segment(ops_for(1, 3, false));
