@@ -81,18 +81,19 @@ void SegmentIndex::release(uint64_t seg) {
     if (it->second.live > 0 && --it->second.live == 0 && !it->second.erasing) dead_.insert(seg);
 }
 
-void SegmentIndex::add(const std::string& key, const std::vector<Change>& changes) {
+void SegmentIndex::add(const std::string& key, std::span<const DirectoryStore::Op> ops) {
     if (by_key_.contains(key)) return;
     const uint64_t id = next_id_++;
     Seg& s = segs_[id];
     s.key = key;
     by_key_[key] = id;
-    s.entries.reserve(changes.size());
-    for (const Change& c : changes) {
-        Pid& p = pids_[c.pid];
+    s.entries.reserve(ops.size());
+    for (const DirectoryStore::Op& c : ops) {
+        const uint64_t pid = c.process.record.pid.value;
+        Pid& p = pids_[pid];
         if (p.holders > 0 && p.seg == id) {  // twice in one segment (not written so): the later wins
             const bool before = needed(p);
-            auto e = std::find_if(s.entries.begin(), s.entries.end(), [&](const auto& x) { return x.first == c.pid; });
+            auto e = std::find_if(s.entries.begin(), s.entries.end(), [&](const auto& x) { return x.first == pid; });
             if (e->second) --p.registered;
             e->second = !c.remove;
             if (e->second) ++p.registered;
@@ -101,7 +102,7 @@ void SegmentIndex::add(const std::string& key, const std::vector<Change>& change
             continue;
         }
         if (p.holders > 0 && needed(p)) release(p.seg);
-        s.entries.emplace_back(c.pid, !c.remove);
+        s.entries.emplace_back(pid, !c.remove);
         ++p.holders;
         if (!c.remove) ++p.registered;
         p.seg = id;
@@ -166,24 +167,12 @@ std::string SegmentIndex::next_key(const std::string& prefix) {
     return prefix + b;
 }
 
-void SegmentIndex::rebuild(const std::vector<KvEntry>& all) {
+void SegmentIndex::rebuild(const std::vector<StoredSegment>& segments) {
     segs_.clear();
     by_key_.clear();
     pids_.clear();
     dead_.clear();
-    std::vector<const KvEntry*> order;
-    order.reserve(all.size());
-    for (const KvEntry& e : all) order.push_back(&e);
-    std::stable_sort(order.begin(), order.end(),
-                     [](const KvEntry* x, const KvEntry* y) { return x->mod_revision < y->mod_revision; });
-    std::vector<Change> changes;
-    for (const KvEntry* e : order) {
-        const auto ops = StoreDirectory::decode_segment(e->value);
-        if (!ops) continue;  // not ours to judge: never deleted here
-        changes.clear();
-        for (const auto& op : *ops) changes.push_back({op.process.record.pid.value, op.remove});
-        add(e->key, changes);
-    }
+    for (const StoredSegment& seg : segments) add(seg.key, seg.ops);
     valid_ = true;
 }
 
@@ -233,17 +222,25 @@ std::optional<std::vector<DirectoryStore::Op>> StoreDirectory::decode_segment(co
     return out;
 }
 
-std::vector<StoredProcess> StoreDirectory::resolve(std::vector<KvEntry> all) {
-    std::stable_sort(all.begin(), all.end(),
-                     [](const KvEntry& x, const KvEntry& y) { return x.mod_revision < y.mod_revision; });
-    std::map<uint64_t, Op> newest;  // by process ID: what load() returns comes out in ID order
+std::vector<StoredSegment> StoreDirectory::read_segments(const std::vector<KvEntry>& all) {
+    std::vector<StoredSegment> out;
+    out.reserve(all.size());
     for (const KvEntry& e : all)
-        if (auto ops = decode_segment(e.value))
-            for (Op& op : *ops) newest[op.process.record.pid.value] = std::move(op);
+        if (auto ops = decode_segment(e.value))  // a key that is none: not ours, never deleted here
+            out.push_back({e.key, e.mod_revision, std::move(*ops)});
+    std::stable_sort(out.begin(), out.end(),
+                     [](const StoredSegment& x, const StoredSegment& y) { return x.mod_revision < y.mod_revision; });
+    return out;
+}
+
+std::vector<StoredProcess> StoreDirectory::resolve(const std::vector<StoredSegment>& segments) {
+    std::map<uint64_t, const Op*> newest;  // by process ID: what load() returns comes out in ID order
+    for (const StoredSegment& seg : segments)
+        for (const Op& op : seg.ops) newest[op.process.record.pid.value] = &op;
     std::vector<StoredProcess> out;
     out.reserve(newest.size());
-    for (auto& [pid, op] : newest)
-        if (!op.remove) out.push_back(std::move(op.process));
+    for (const auto& [pid, op] : newest)
+        if (!op->remove) out.push_back(op->process);
     return out;
 }
 
@@ -252,25 +249,20 @@ void StoreDirectory::write(std::span<const Op> ops) {
     std::map<uint64_t, const Op*> last;
     for (const Op& op : ops) last[op.process.record.pid.value] = &op;
     std::vector<Op> chunk;
-    std::vector<SegmentIndex::Change> changes;
     chunk.reserve(std::min(last.size(), kSegmentEntries));
     {
         std::lock_guard lk(index_->mu);
-        if (!index_->valid()) index_->rebuild(store_.range(keys_.processes()));
+        if (!index_->valid()) index_->rebuild(read_segments(store_.range(keys_.processes())));
     }
     for (auto it = last.begin(); it != last.end();) {
         chunk.clear();
-        changes.clear();
-        for (; it != last.end() && chunk.size() < kSegmentEntries; ++it) {
-            chunk.push_back(*it->second);
-            changes.push_back({it->first, it->second->remove});
-        }
+        for (; it != last.end() && chunk.size() < kSegmentEntries; ++it) chunk.push_back(*it->second);
         std::string key;
         {
             std::lock_guard lk(index_->mu);
             key = index_->next_key(keys_.processes());
         }
-        commit(key, encode_segment(chunk), changes);
+        commit(key, chunk);
     }
     compact();
 }
@@ -283,14 +275,14 @@ bool StoreDirectory::fall_back(std::size_t n, const StoreRefused& e) {
     if (txn_ops_.exchange(kStoreDefaultTxnOps) != kStoreDefaultTxnOps)
         FG_LOG(WARNING, gateway,
                "cluster: the store refuses transactions of %zu operations ([cluster] txn_ops is more than its "
-               "--max-txn-ops): directory writes go in transactions of %zu from now on (%s)",
+               "--max-txn-ops): directory segments are deleted in transactions of %zu from now on (%s)",
                n, kStoreDefaultTxnOps, e.what());
     return true;
 }
 
 // One segment in, with as many of the segments nothing needs as the transaction may delete.
-void StoreDirectory::commit(const std::string& key, const std::string& value,
-                            const std::vector<SegmentIndex::Change>& changes) {
+void StoreDirectory::commit(const std::string& key, std::span<const Op> ops) {
+    const std::string value = encode_segment(ops);
     for (;;) {
         const std::size_t n = txn_ops();
         std::vector<std::string> dead;
@@ -314,7 +306,7 @@ void StoreDirectory::commit(const std::string& key, const std::string& value,
             throw;
         }
         std::lock_guard lk(index_->mu);
-        index_->add(key, changes);
+        index_->add(key, ops);
         for (const std::string& d : dead) index_->erased(d);
         return;
     }
@@ -358,11 +350,12 @@ std::vector<StoredProcess> StoreDirectory::load(std::string* version) {
         }
         *version = version_text(read);
     }
+    const std::vector<StoredSegment> segments = read_segments(all);
     if (index_on_load_) {
         std::lock_guard lk(index_->mu);
-        index_->rebuild(all);
+        index_->rebuild(segments);
     }
-    return resolve(std::move(all));
+    return resolve(segments);
 }
 
 std::string StoreDirectory::version() { return version_text(store_.summarize(keys_.processes())); }

@@ -54,20 +54,23 @@ private:
 // kept up to date after each transaction the store took. Shared by one member's writer threads,
 // and built again whenever the member becomes active (another member may have written meanwhile):
 // from the takeover's read of the directory, or by the first write.
+// A segment as read from the store: its key, its mod revision and the changes it holds.
+struct StoredSegment {
+    std::string key;
+    int64_t mod_revision = 0;
+    std::vector<DirectoryStore::Op> ops;
+};
+
 class SegmentIndex {
 public:
-    struct Change {
-        uint64_t pid = 0;
-        bool remove = false;
-    };
     std::mutex mu;  // the callers hold it around each call below
 
     bool valid() const { return valid_; }
     void invalidate() { valid_ = false; }
-    // Everything again from the store's segments (what range() read, any order).
-    void rebuild(const std::vector<KvEntry>& all);
+    // Everything again from the store's segments (StoreDirectory::read_segments: in commit order).
+    void rebuild(const std::vector<StoredSegment>& segments);
     // A segment the store took, with its changes (skipped if already known).
-    void add(const std::string& key, const std::vector<Change>& changes);
+    void add(const std::string& key, std::span<const DirectoryStore::Op> ops);
     // A segment the store deleted.
     void erased(const std::string& key);
     // Up to `max` segments nothing needs, handed out once (to one transaction); put back with
@@ -142,11 +145,13 @@ public:
     // The earlier layout's value: one process as JSON.
     static std::string encode(const StoredProcess& p);
     static std::optional<StoredProcess> decode(const std::string& value);
-    // The processes the store's segments hold, newest entry winning (what load() returns).
-    static std::vector<StoredProcess> resolve(std::vector<KvEntry> all);
+    // The segments among the keys read (those that decode), in commit order (mod revision).
+    static std::vector<StoredSegment> read_segments(const std::vector<KvEntry>& all);
+    // The processes those segments hold, newest entry winning (what load() returns).
+    static std::vector<StoredProcess> resolve(const std::vector<StoredSegment>& segments);
 
 private:
-    void commit(const std::string& key, const std::string& value, const std::vector<SegmentIndex::Change>& changes);
+    void commit(const std::string& key, std::span<const Op> ops);
     void compact();
     bool fall_back(std::size_t n, const StoreRefused& e);
     KvStore& store_;

@@ -265,12 +265,7 @@ void EtcdStore::put(const std::vector<std::pair<std::string, std::string>>& kvs,
     txn_rpc(q);
 }
 
-void EtcdStore::erase(const std::vector<std::string>& keys) {
-    if (keys.empty()) return;
-    pb::TxnRequest q;
-    for (const auto& k : keys) q.add_success()->mutable_request_delete_range()->set_key(k);
-    txn_rpc(q);
-}
+void EtcdStore::erase(const std::vector<std::string>& keys) { put_erase({}, keys); }
 
 void EtcdStore::put_erase(const std::vector<std::pair<std::string, std::string>>& puts,
                           const std::vector<std::string>& erases) {

@@ -118,13 +118,7 @@ void MemStore::put(const std::vector<std::pair<std::string, std::string>>& kvs, 
     for (const auto& [k, v] : kvs) put_locked(k, v, lease);
 }
 
-void MemStore::erase(const std::vector<std::string>& keys) {
-    std::lock_guard lk(mu_);
-    enter();
-    check_txn_size(keys.size());
-    ++revision_;
-    for (const auto& k : keys) kv_.erase(k);
-}
+void MemStore::erase(const std::vector<std::string>& keys) { put_erase({}, keys); }
 
 void MemStore::put_erase(const std::vector<std::pair<std::string, std::string>>& puts,
                          const std::vector<std::string>& erases) {

@@ -111,8 +111,8 @@ public:
     // without waiting for the store. Null (the default): flush() writes on the calling thread.
     // Before start().
     void set_directory_writers(std::unique_ptr<StoreWriters> writers, std::size_t max_batch);
-    // With two writes out, a third goes only once this many changes are staged (or when a write
-    // comes back): a write costs the store and the writer threads about the same whatever it
+    // With two writes out, a third goes only once this many changes are staged (or once fewer
+    // writes are out): a write costs the store and the writer threads about the same whatever it
     // carries, so under load fewer, bigger writes register more; a lone registration still goes
     // out at once, and a second beside it.
     static constexpr std::size_t kBusyBatch = 256;

@@ -36,14 +36,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         all.push_back(std::move(e));
     }
-    const auto read = StoreDirectory::resolve(all);
+    const auto read = StoreDirectory::resolve(StoreDirectory::read_segments(all));
     std::set<uint64_t> seen;
     for (const auto& p : read)
         if (!registered.contains(p.record.pid.value) || !seen.insert(p.record.pid.value).second) std::abort();
 
     SegmentIndex index;
     std::lock_guard lk(index.mu);
-    index.rebuild(all);
+    index.rebuild(StoreDirectory::read_segments(all));
     if (!index.valid() || index.segments() > all.size()) std::abort();
     const auto dead = index.take_dead(all.size() + 1);
     if (dead.size() > index.segments() || !index.take_dead(all.size() + 1).empty()) std::abort();
@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& e : all)
         if (!gone.contains(e.key)) left.push_back(e);
     for (const auto& k : dead) index.erased(k);
-    const auto after = StoreDirectory::resolve(left);
+    const auto after = StoreDirectory::resolve(StoreDirectory::read_segments(left));
     if (after.size() != read.size()) std::abort();
     for (std::size_t i = 0; i < read.size(); ++i)
         if (!(after[i].record == read[i].record) || after[i].source != read[i].source ||
