@@ -93,6 +93,8 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
                      DpRings rings, DpShared shared, DpWorker worker)
     : ports_(std::make_unique<Port[]>(ports.size())),
       nports_(ports.size()),
+      checks_(std::make_unique<PortCheck[]>(ports.size())),
+      addrs_(std::make_unique<uint32_t[]>(ports.size())),
       port_cfgs_(ports),
       neigh_(cfg.neighbour_capacity, cfg.neighbour),
       nat_(cfg.nat, nat_ports(ports), shared.maps != nullptr ? shared.maps : &empty_maps_, route_for_nat, this),
@@ -113,6 +115,12 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
     for (std::size_t i = 0; i < nports_; ++i) {
         ports_[i].cfg = ports[i];
         ports_[i].mask = prefix_mask(ports[i].prefix_len);
+        uint8_t mac[8] = {};
+        std::memcpy(mac, ports[i].mac.addr_bytes, RTE_ETHER_ADDR_LEN);
+        checks_[i].mac = mac48(mac);
+        checks_[i].subnet_broadcast =
+            ports[i].prefix_len == 0 || ports[i].prefix_len >= 31 ? 0 : ports[i].addr | ~ports_[i].mask;
+        addrs_[i] = ports[i].addr;
         for (const auto& [ip, mac] : ports[i].static_neighbours)
             if (!neigh_.add_permanent(static_cast<uint16_t>(i), ip, mac))
                 throw std::invalid_argument("neighbour table too small for the static neighbours");
@@ -220,11 +228,12 @@ uint32_t Dataplane::poll_once() {
     now_ms_ = now_ms();
     if (standby_src_ != nullptr) follow_role();
     uint32_t handled = 0;
-    rte_mbuf* pkts[kBurst];
+    rte_mbuf* pkts[kRxBurst];
 
     for (uint16_t in = 0; in < nports_; ++in) {
-        const uint16_t n = rte_eth_rx_burst(ports_[in].cfg.port_id, queue_, pkts, kBurst);
-        if (n != 0) handle_burst(pkts, n, in);
+        const uint16_t n = rte_eth_rx_burst(ports_[in].cfg.port_id, queue_, pkts, kRxBurst);
+        for (uint16_t at = 0; at < n; at += kBurst)
+            handle_burst(pkts + at, static_cast<uint16_t>(std::min<int>(kBurst, n - at)), in);
         handled += n;
     }
 
@@ -268,17 +277,9 @@ void Dataplane::flush_session_events() {
     if (standby_) return FastKind::none;  // a standby takes nothing but ARP (handle() counts the rest)
     const uint8_t* d = rte_pktmbuf_mtod(m, const uint8_t*);
     if (!parse_fast(d, rte_pktmbuf_data_len(m), rx_ip_checksum(m), f)) return FastKind::none;
-    const auto* eth = reinterpret_cast<const rte_ether_hdr*>(d);
-    const Port& port = ports_[in];
-    // handle()'s and handle_ipv4()'s checks before the NAT, on the frames that pass them all:
-    // to this port's MAC (or broadcast) from a unicast one; a source address that may be answered.
-    if ((!rte_is_same_ether_addr(&eth->dst_addr, &port.cfg.mac) && !rte_is_broadcast_ether_addr(&eth->dst_addr)) ||
-        !rte_is_unicast_ether_addr(&eth->src_addr) || rte_is_zero_ether_addr(&eth->src_addr))
-        return FastKind::none;
-    const uint32_t src_host = rte_be_to_cpu_32(f.src_ip);
-    if (src_host == 0 || src_host == UINT32_MAX || (src_host >> 28) == 0xe || owns_address(f.src_ip) ||
-        (port.cfg.prefix_len < 31 && ((f.src_ip ^ port.cfg.addr) & port.mask) == 0 && (f.src_ip | port.mask) == UINT32_MAX))
-        return FastKind::none;
+    // handle()'s and handle_ipv4()'s checks before the NAT, on the frames that pass them all
+    // (parse_fast took at least 42 bytes).
+    if (!l2_for_us(d, in) || !l2_source_ok(d) || !ipv4_source_ok(f.src_ip, in)) return FastKind::none;
     // The resolution service's and RoCE's datagrams are not the NAT's (and owner_of() steers
     // anything to the RoCE port by its flow, not as a session port). A session's packet needs no
     // hand-off: every session key names one of our addresses, and a worker holds only the sessions
@@ -397,15 +398,12 @@ void Dataplane::handle(rte_mbuf* m, uint16_t in) {
 }
 
 void Dataplane::handle(rte_mbuf* m, uint16_t in, const ParsedPacket& p, DropReason parsed, uint64_t flow_hash) {
-    Port& port = ports_[in];
     if (parsed != DropReason::none) return drop(m, in, parsed);
 
-    const auto* eth = at<rte_ether_hdr>(m, 0);
-    if (!rte_is_same_ether_addr(&eth->dst_addr, &port.cfg.mac) && !rte_is_broadcast_ether_addr(&eth->dst_addr))
-        return drop(m, in, DropReason::l2_not_for_us);
-    // Replies go back to the source MAC: never let one go to a group address.
-    if (!rte_is_unicast_ether_addr(&eth->src_addr) || rte_is_zero_ether_addr(&eth->src_addr))
-        return drop(m, in, DropReason::l2_bad_source);
+    // parse_packet() took the whole 14-byte Ethernet header at least.
+    const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+    if (!l2_for_us(frame, in)) return drop(m, in, DropReason::l2_not_for_us);
+    if (!l2_source_ok(frame)) return drop(m, in, DropReason::l2_bad_source);
     if (p.vlan_count != 0) return drop(m, in, DropReason::vlan_unsupported);
     // A standby member learns neighbours from ARP (warm for a takeover) and takes nothing else.
     if (standby_ && p.ether_type_host != kEtherTypeArp) return drop(m, in, DropReason::cluster_standby);
@@ -576,20 +574,8 @@ void Dataplane::take_hand_offs(uint32_t* handled) {
     *handled += n;
 }
 
-bool Dataplane::owns_address(uint32_t ip) const {
-    for (std::size_t i = 0; i < nports_; ++i)
-        if (ports_[i].cfg.addr == ip) return true;
-    return false;
-}
-
 void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p, uint64_t flow_hash) {
-    const Port& port = ports_[in];
-    const uint32_t src_host = rte_be_to_cpu_32(p.src_ip);
-    const bool subnet_broadcast = port.cfg.prefix_len < 31 && ((p.src_ip ^ port.cfg.addr) & port.mask) == 0 &&
-                                  (p.src_ip | port.mask) == UINT32_MAX;
-    if (src_host == 0 || src_host == UINT32_MAX || (src_host >> 28) == 0xe || owns_address(p.src_ip) ||
-        subnet_broadcast)
-        return drop(m, in, DropReason::ipv4_bad_source);
+    if (!ipv4_source_ok(p.src_ip, in)) return drop(m, in, DropReason::ipv4_bad_source);
     if (p.fragment) return drop(m, in, DropReason::ipv4_fragment);
     const bool to_us = owns_address(p.dst_ip);  // decided once
 
@@ -605,7 +591,7 @@ void Dataplane::handle_ipv4(rte_mbuf* m, uint16_t in, const ParsedPacket& p, uin
         return handle_resolve(m, in, p);
 
     // RoCE v2 to the arrival port's own address: a connection's translation, or a counted drop.
-    if (p.ip_proto == kIpProtoUdp && p.dst_port == roce_port_be_ && p.dst_ip == port.cfg.addr)
+    if (p.ip_proto == kIpProtoUdp && p.dst_port == roce_port_be_ && p.dst_ip == addrs_[in])
         return handle_roce(m, in, p);
 
     // The port-map proxy: packets of a session, or opening one through an import/export rule.

@@ -239,6 +239,7 @@ struct ResolveDpCounters {
 class Dataplane final : private ResolverIo {
 public:
     static constexpr uint16_t kBurst = 32;
+    static constexpr uint16_t kRxBurst = 2 * kBurst;
     static constexpr uint16_t kTxQueueLen = 2 * kBurst;
     static constexpr uint32_t kTickMs = 50;  // neighbour timers run at this period
     // Housekeeping per poll that handled packets: neighbour slots and sessions looked at, each.
@@ -369,6 +370,40 @@ private:
         rte_mbuf* tx[kTxQueueLen];
     };
 
+    // What every packet's checks read of the port it arrived on, packed together: in Port these
+    // fields sit between counters and the TX queue, and owns_address() read a line of each port.
+    struct PortCheck {
+        uint64_t mac = 0;               // the port's MAC as mac48() reads it from a frame
+        uint32_t subnet_broadcast = 0;  // network order; 0 when the prefix has none (/31, /32, /0)
+    };
+    // The 6 bytes at `p` as the low 48 bits of a word (memory order): a MAC compared in one go.
+    // Reads 8 bytes: both MACs of a 14-byte Ethernet header (at 0 and 6) may be read so.
+    static uint64_t mac48(const uint8_t* p) {
+        uint64_t w;
+        std::memcpy(&w, p, 8);
+#if RTE_BYTE_ORDER == RTE_LITTLE_ENDIAN
+        return w & 0xffffffffffffull;
+#else
+        return w >> 16;
+#endif
+    }
+    static constexpr uint64_t kBroadcastMac48 = 0xffffffffffffull;
+    // handle()'s checks of the Ethernet header, shared with the
+    // established-flow path: to this port's MAC or broadcast; from a unicast, non-zero one.
+    [[gnu::always_inline]] bool l2_for_us(const uint8_t* frame, uint16_t in) const {
+        const uint64_t dst = mac48(frame);
+        return dst == checks_[in].mac || dst == kBroadcastMac48;
+    }
+    [[gnu::always_inline]] static bool l2_source_ok(const uint8_t* frame) {
+        return (frame[6] & 1) == 0 && mac48(frame + 6) != 0;  // the group bit: replies go back there
+    }
+    // handle_ipv4()'s check of the source address (network order), shared likewise: not 0, not the
+    // limited or this port's subnet broadcast, not multicast, not one of ours.
+    [[gnu::always_inline]] bool ipv4_source_ok(uint32_t src, uint16_t in) const {
+        const uint32_t host = rte_be_to_cpu_32(src);
+        return host + 1 > 1 && (host >> 28) != 0xe && src != checks_[in].subnet_broadcast && !owns_address(src);
+    }
+
     // parse_packet() on the frame, with the port's verdict on the IPv4 header checksum where the
     // mbuf carries one (RX checksum offload).
     static DropReason parse(const rte_mbuf* m, ParsedPacket& p);
@@ -483,7 +518,11 @@ private:
     void tx_to(rte_mbuf* m, uint16_t out, const rte_ether_addr& dst);
     void flush();
     void drop(rte_mbuf* m, uint16_t port, DropReason r);
-    bool owns_address(uint32_t ip) const;
+    bool owns_address(uint32_t ip) const {
+        for (std::size_t i = 0; i < nports_; ++i)
+            if (addrs_[i] == ip) return true;
+        return false;
+    }
     // Timers and the idle-session sweep, a bounded slice per busy poll (see kHousekeepingSlice).
     void housekeeping(bool busy);
     void publish_gauges();  // the gauges the control threads read
@@ -493,6 +532,8 @@ private:
 
     std::unique_ptr<Port[]> ports_;  // fixed at construction: counters never move
     std::size_t nports_;
+    std::unique_ptr<PortCheck[]> checks_;  // by port index, from ports_'s configuration
+    std::unique_ptr<uint32_t[]> addrs_;    // each port's address (network order), for owns_address()
     std::vector<DpPortConfig> port_cfgs_;  // for route(); off the per-packet path
     static int route_for_nat(const void* self, uint32_t dst, uint32_t* next_hop);
     static std::vector<NatPort> nat_ports(const std::vector<DpPortConfig>& ports);

@@ -94,13 +94,25 @@ int Nat::port_index(bool external) const {
     return -1;
 }
 
+uint16_t Nat::address_delta(const FlowKey& key, const NatRewrite& rw) {
+    ChecksumDelta d;
+    d.change32(key.src, rw.src);
+    d.change32(key.dst, rw.dst);
+    return d.folded();
+}
+
 void Nat::prepare(const FlowKey& key, NatRewrite& rw) {
+    const uint16_t addrs = address_delta(key, rw);
+    // apply() takes one from the TTL: the TTL/protocol word goes from w to w - T (T the TTL's unit
+    // in that word's memory order, no borrow since the TTL is above 1), which adds ~w + w - T = ~T
+    // to the sum (RFC 1624, eqn. 3). Adding it here with the addresses' change gives the same sum
+    // as adding the two in turn (both are positive, so no -0 can appear).
     ChecksumDelta l3;
-    l3.change32(key.src, rw.src);
-    l3.change32(key.dst, rw.dst);
+    l3.add(addrs);
+    l3.add(static_cast<uint16_t>(~stored16(0x0100)));
     rw.l3_delta = l3.folded();
     ChecksumDelta l4;
-    l4.add(rw.l3_delta);  // the pseudo-header carries the same addresses
+    l4.add(addrs);  // the pseudo-header carries the same addresses (and no TTL)
     l4.change(key.sport, rw.sport);
     l4.change(key.dport, rw.dport);
     rw.l4_delta = l4.folded();
@@ -136,11 +148,7 @@ Nat::Verdict Nat::handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, u
     uint8_t dir = 0;
     bool opened = false;
 
-    // A hash from prefetch() alone has slot 0 above it: find() checks whatever slot it is given.
-    const SessionTable::Hit hit = flow_hash == kNoFlowHash
-                                      ? sessions_.find(k)
-                                      : sessions_.find(k, static_cast<uint32_t>(flow_hash),
-                                                       static_cast<uint32_t>(flow_hash >> 32));
+    const SessionTable::Hit hit = flow_hash == kNoFlowHash ? sessions_.find(k) : sessions_.find_hinted(k, flow_hash);
     if (hit.session != nullptr) {
         s = hit.session;
         dir = hit.dir;
@@ -407,7 +415,7 @@ Nat::Verdict Nat::handle_icmp_error(uint8_t* l3, const ParsedPacket& p) {
     std::memcpy(inner + 16, &was.dst, 4);
     uint16_t c;
     std::memcpy(&c, inner + 10, 2);
-    c = checksum_add(c, restore.l3_delta);
+    c = checksum_add(c, address_delta(quoted, restore));  // the quoted header's TTL stays
     std::memcpy(inner + 10, &c, 2);
     std::memcpy(inner_l4, &was.sport, 2);
     std::memcpy(inner_l4 + 2, &was.dport, 2);

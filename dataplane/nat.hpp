@@ -122,15 +122,15 @@ public:
     Nat(const NatConfig& cfg, std::vector<NatPort> ports, const PortMapView* maps, RouteFn route, const void* route_ctx);
 
     // Called for TCP/UDP IPv4 packets that are not fragments. Rewrites the packet in place (headers
-    // at `l3`, `p` describes them) when it forwards. `flow_hash`: prefetch()'s or
-    // prefetch_session()'s value for this packet, or kNoFlowHash.
+    // at `l3`, `p` describes them) when it forwards. `flow_hash`:
+    // prefetch_session()'s value for this packet's key, or kNoFlowHash.
     static constexpr uint64_t kNoFlowHash = UINT64_MAX;
     Verdict handle(uint8_t* l3, const ParsedPacket& p, uint16_t in_port, uint64_t now_ms,
                    uint64_t flow_hash = kNoFlowHash);
 
     // A burst's first passes (see SessionTable): prefetch(p) hashes a TCP/UDP packet's flow key and
-    // prefetches its slot; prefetch_session(p, h) the session behind it and returns the hash with
-    // the slot it found (high 32 bits), which handle() starts from. Nothing changes.
+    // prefetches its slot; prefetch_session(p, h) the session behind it and returns a hint of what
+    // it found (SessionTable::find_hinted), which handle() starts from. Nothing changes.
     static FlowKey key_of(const ParsedPacket& p) {
         return FlowKey{p.src_ip, p.dst_ip, p.src_port, p.dst_port, p.ip_proto, {0, 0, 0}};
     }
@@ -138,9 +138,7 @@ public:
         return FlowKey{f.src_ip, f.dst_ip, f.src_port, f.dst_port, f.ip_proto, {0, 0, 0}};
     }
     uint32_t prefetch(const FlowKey& k) const { return sessions_.hash(k); }
-    uint64_t prefetch_session(const FlowKey& k, uint32_t h) const {
-        return static_cast<uint64_t>(sessions_.prefetch_session(k, h)) << 32 | h;
-    }
+    uint64_t prefetch_session(const FlowKey& k, uint32_t h) const { return sessions_.prefetch_session(k, h); }
     uint32_t prefetch(const ParsedPacket& p) const { return prefetch(key_of(p)); }
     uint64_t prefetch_session(const ParsedPacket& p, uint32_t h) const { return prefetch_session(key_of(p), h); }
 
@@ -188,6 +186,7 @@ public:
 
     // The rewrite a session applies to packets matching `key` to become `rw`: fills the deltas.
     static void prepare(const FlowKey& key, NatRewrite& rw);
+    static uint16_t address_delta(const FlowKey& key, const NatRewrite& rw);  // the addresses' change alone
     // Applies `rw` to an IPv4 packet with its TCP/UDP header at l3 + ihl; decrements the TTL.
     static void apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrite& rw);
     // Lowers the MSS option of a TCP SYN to `mss` if it is larger, fixing the checksum. The TCP
@@ -237,7 +236,7 @@ inline void Nat::apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrit
     std::memcpy(&ip->time_to_live, &ttl_proto_new, 2);
     ip->src_addr = rw.src;
     ip->dst_addr = rw.dst;
-    ip->hdr_checksum = checksum_adjust(checksum_add(ip->hdr_checksum, rw.l3_delta), ttl_proto_old, ttl_proto_new);
+    ip->hdr_checksum = checksum_add(ip->hdr_checksum, rw.l3_delta);  // the TTL's change included
 
     uint8_t* l4 = l3 + ihl;
     std::memcpy(l4, &rw.sport, 2);
@@ -253,8 +252,7 @@ inline void Nat::apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrit
 
 inline NatRewrite* Nat::forward_established(uint8_t* l3, const FastPacket& f, uint16_t in_port, uint64_t now_ms,
                                             uint64_t flow_hash) {
-    const SessionTable::Hit hit =
-        sessions_.find(key_of(f), static_cast<uint32_t>(flow_hash), static_cast<uint32_t>(flow_hash >> 32));
+    const SessionTable::Hit hit = sessions_.find_hinted(key_of(f), flow_hash);
     Session* const s = hit.session;
     if (s == nullptr || s->rw[1 - hit.dir].out_port != in_port || l3[8] <= 1) return nullptr;
     uint32_t timeout = cfg_.timeouts.udp_ms;

@@ -67,6 +67,7 @@ bool SessionTable::index(const FlowKey& k, uint32_t ref) {
     Slot& s = slots_[slot_of(k, hash_of(k))];
     if (s.ref != kEmpty) return false;
     s = Slot{addrs_of(k), ports_of(k), static_cast<uint32_t>(k.proto) << kProtoShift | ref};
+    changed();
     return true;
 }
 
@@ -74,6 +75,7 @@ void SessionTable::unindex(const FlowKey& k) {
     const uint32_t h = hash_of(k);
     uint32_t hole = slot_of(k, h);
     if (slots_[hole].ref == kEmpty) return;  // not indexed
+    changed();
     slots_[hole] = Slot{};
     // Shift later members of the probe chain back so lookups never stop at the hole early.
     for (uint32_t j = (hole + 1) & mask_; slots_[j].ref != kEmpty; j = (j + 1) & mask_) {

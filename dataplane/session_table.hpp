@@ -39,7 +39,7 @@ struct NatRewrite {
     uint16_t sport = 0, dport = 0;  // network order
     uint32_t next_hop = 0;          // network order
     uint16_t out_port = 0;          // the gateway's port index
-    uint16_t l3_delta = 0;          // one's-complement sum to add to the IPv4 header checksum
+    uint16_t l3_delta = 0;          // one's-complement sum to add to the IPv4 header checksum (TTL - 1 included)
     uint16_t l4_delta = 0;          // ... to the TCP/UDP checksum (pseudo-header and ports)
     uint16_t neigh = 0;             // the next hop's neighbour entry (NeighbourTable::memo_of), 0: none yet
 };
@@ -122,27 +122,31 @@ public:
     bool contains(const FlowKey& k) const;
 
     // Batched lookups (a burst at a time, so the cache misses of several packets overlap): hash()
-    // a key and prefetch its home slot; once that line is in, prefetch_session() the session it
-    // indexes; then find(k, h) reads both from cache. The prefetches never change the outcome.
+    // a key and prefetch its home slot; once that line is in, prefetch_session() finds the key's
+    // slot and prefetches the session it indexes; then find_hinted(k, hint) reads the session from cache.
+    // The prefetches never change the outcome.
     uint32_t hash(const FlowKey& k) const {
         const uint32_t h = hash_of(k);
         __builtin_prefetch(&slots_[h & mask_]);  // four slots to a line, none across two
         return h;
     }
-    // Returns the slot it found (the key's, or the empty one ending its chain) for find(k, h, slot).
-    uint32_t prefetch_session(const FlowKey& k, uint32_t h) const {
-        const uint32_t i = slot_of(k, h);
-        if (slots_[i].ref != kEmpty) __builtin_prefetch(&pool_[session_of(slots_[i].ref)]);
-        return i;
+    // Returns a hint for find_hinted(k, hint): what the index holds for k now (its slot's reference, or
+    // none) and the index's epoch, which every change of a slot moves on.
+    uint64_t prefetch_session(const FlowKey& k, uint32_t h) const {
+        const uint32_t ref = slots_[slot_of(k, h)].ref;
+        if (ref != kEmpty) __builtin_prefetch(&pool_[session_of(ref)]);
+        return static_cast<uint64_t>(ref) << 32 | epoch_;
     }
     Hit find(const FlowKey& k, uint32_t h);  // h = hash(k)
-    // As find(k, h), starting from the slot prefetch_session() gave: when that slot still holds k
-    // (nothing moved it since), the chain is not walked again; otherwise it is, so a stale slot
-    // never changes the outcome.
-    Hit find(const FlowKey& k, uint32_t h, uint32_t slot) {
-        const Slot& s = slots_[slot & mask_];
-        if (s.ref != kEmpty && s.holds(k)) return {&pool_[session_of(s.ref)], static_cast<uint8_t>(s.ref & 1)};
-        return find(k, h);
+    // As find(k), from the hint prefetch_session(k, ...) gave: while no slot has changed since, the
+    // hint is the answer and neither the slot nor the key is read again; otherwise the key is looked
+    // up afresh, so a stale hint never changes the outcome. `hint` must be k's own.
+    Hit find_hinted(const FlowKey& k, uint64_t hint) {
+        if (static_cast<uint32_t>(hint) != epoch_) [[unlikely]]
+            return find(k);
+        const uint32_t ref = static_cast<uint32_t>(hint >> 32);
+        if (ref == kEmpty) return {};
+        return {&pool_[session_of(ref)], static_cast<uint8_t>(ref & 1)};
     }
     // Makes a session indexed under both keys, with in_use set and everything else zeroed, or
     // returns null when the table is full or either key is already indexed (nothing changes then).
@@ -217,6 +221,10 @@ private:
     uint32_t mask_ = 0;
     uint32_t used_ = 0;
     uint32_t cursor_ = 0;         // where the next sweep starts
+    // Moved on by every change of a slot (index, unindex), so a hint from before it is known stale;
+    // 31 bits, so no epoch is all ones (an absent hint, Nat::kNoFlowHash, carries that).
+    uint32_t epoch_ = 0;
+    void changed() { epoch_ = (epoch_ + 1) & 0x7fffffffu; }
 };
 
 // Inline: the burst loop's prefetch pass runs it for every packet.
