@@ -302,6 +302,55 @@ TEST_F(WorkersTest, AnEstablishedFlowsPacketsLeaveTheFastPathExactlyAsBuiltFromS
     EXPECT_EQ(dps_[w]->nat_counters().translated.get(), 4u);
 }
 
+// The established-flow path makes the full path's checks before the NAT: a session's own packet
+// to another MAC, or from a group or zero MAC, is dropped under the full path's reason and never
+// translated; to the broadcast MAC it is taken, as the full path takes it.
+TEST_F(WorkersTest, AnEstablishedFlowsPacketFailingTheL2ChecksIsDroppedNotForwarded) {
+    constexpr uint16_t kNodePort = 41009;
+    receive(0, 0, syn(kNodePort));
+    settle();
+    uint16_t port = 0;
+    for (const auto& q : sent(1))
+        for (const auto& f : q) port = be16_at(f, 14 + 20);
+    ASSERT_NE(port, 0u);
+    const uint16_t w = port % kWorkers;
+    receive(1, w, PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 7).tcp(kPeerTcpPort, port, kSyn | kAck, 9000).build());
+    settle();
+    ASSERT_EQ(sent(0)[w].size(), 1u);
+
+    const auto data = [&](const Mac& dst, const Mac& src) {
+        return PacketBuilder().eth(dst, src).ipv4(kNode, kInternalAddr, 64, 8).tcp(kNodePort, kImportTcpPort, kAck, 101).payload(8).build();
+    };
+    const Mac other{0x02, 0, 0, 0, 9, 9}, group{0x03, 0, 0, 0, 1, 0x0a}, zero{};
+    const struct {
+        const char* name;
+        std::vector<uint8_t> frame;
+        DropReason reason;
+    } cases[] = {
+        {"to another MAC", data(other, kNodeMac), DropReason::l2_not_for_us},
+        {"from a group MAC", data(gw_in_, group), DropReason::l2_bad_source},
+        {"from the broadcast MAC", data(gw_in_, test::kBroadcast), DropReason::l2_bad_source},
+        {"from the zero MAC", data(gw_in_, zero), DropReason::l2_bad_source},
+    };
+    const uint64_t translated = dps_[w]->nat_counters().translated.get();
+    for (const auto& c : cases) {
+        const uint64_t before = sum(0, &PortCounters::rx_packets) - dps_[w]->port_counters(0).total_drops();
+        const uint64_t dropped = dps_[w]->port_counters(0).drops[static_cast<std::size_t>(c.reason)].get();
+        receive(0, w, c.frame);
+        settle();
+        EXPECT_EQ(dps_[w]->port_counters(0).drops[static_cast<std::size_t>(c.reason)].get(), dropped + 1) << c.name;
+        EXPECT_EQ(sum(0, &PortCounters::rx_packets) - dps_[w]->port_counters(0).total_drops(), before) << c.name;
+        EXPECT_TRUE(sent(1)[w].empty()) << c.name;
+    }
+    EXPECT_EQ(dps_[w]->nat_counters().translated.get(), translated);
+    EXPECT_EQ(fast_path(), 0u);
+
+    receive(0, w, data(test::kBroadcast, kNodeMac));
+    settle();
+    EXPECT_EQ(sent(1)[w].size(), 1u);
+    EXPECT_EQ(fast_path(), 1u);
+}
+
 TEST_F(WorkersTest, OwnerOfASessionPortIsItsSliceAndOfAFlowTheSameWorkerEveryTime) {
     const auto frame = [&](uint16_t sport, uint16_t dport) {
         return PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 3).tcp(sport, dport, kAck).build();
