@@ -159,6 +159,22 @@ protected:
         return PacketBuilder().eth(gw_in_, kNodeMac).ipv4(kNode, kInternalAddr, 64, 1).tcp(sport, kImportTcpPort, kSyn, 100).build();
     }
 
+    // Opens a session from the node's `node_port` (its SYN out, the peer's SYN-ACK back on the worker
+    // that owns the session port) and returns the session port; both take the full path.
+    uint16_t establish(uint16_t node_port) {
+        receive(0, 0, syn(node_port));
+        settle();
+        uint16_t port = 0;
+        for (const auto& q : sent(1))
+            for (const auto& f : q) port = be16_at(f, 14 + 20);
+        EXPECT_NE(port, 0u);
+        const uint16_t w = port % kWorkers;
+        receive(1, w, PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 7).tcp(kPeerTcpPort, port, kSyn | kAck, 9000).build());
+        settle();
+        EXPECT_EQ(sent(0)[w].size(), 1u);
+        return port;
+    }
+
     rte_mempool* pool_ = nullptr;
     std::array<std::array<rte_ring*, kWorkers>, 2> rx_{}, tx_{};
     PortHandle handles_[2];
@@ -269,16 +285,9 @@ TEST_F(WorkersTest, RepliesOnEitherQueueReachTheSessionsWorkerAndLaterPacketsKee
 // exactly as built from scratch: addresses, ports, TTL, both checksums, and the neighbours' MACs.
 TEST_F(WorkersTest, AnEstablishedFlowsPacketsLeaveTheFastPathExactlyAsBuiltFromScratch) {
     constexpr uint16_t kNodePort = 41007;
-    receive(0, 0, syn(kNodePort));
-    settle();
-    uint16_t port = 0;
-    for (const auto& q : sent(1))
-        for (const auto& f : q) port = be16_at(f, 14 + 20);
-    ASSERT_NE(port, 0u);
+    const uint16_t port = establish(kNodePort);
+    ASSERT_FALSE(HasFailure());
     const uint16_t w = port % kWorkers;
-    receive(1, w, PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 7).tcp(kPeerTcpPort, port, kSyn | kAck, 9000).build());
-    settle();
-    ASSERT_EQ(sent(0)[w].size(), 1u);
     ASSERT_EQ(fast_path(), 0u) << "a SYN and the first reply take the full path";
 
     receive(0, w, PacketBuilder().eth(gw_in_, kNodeMac).ipv4(kNode, kInternalAddr, 64, 8)
@@ -307,16 +316,9 @@ TEST_F(WorkersTest, AnEstablishedFlowsPacketsLeaveTheFastPathExactlyAsBuiltFromS
 // translated; to the broadcast MAC it is taken, as the full path takes it.
 TEST_F(WorkersTest, AnEstablishedFlowsPacketFailingTheL2ChecksIsDroppedNotForwarded) {
     constexpr uint16_t kNodePort = 41009;
-    receive(0, 0, syn(kNodePort));
-    settle();
-    uint16_t port = 0;
-    for (const auto& q : sent(1))
-        for (const auto& f : q) port = be16_at(f, 14 + 20);
-    ASSERT_NE(port, 0u);
+    const uint16_t port = establish(kNodePort);
+    ASSERT_FALSE(HasFailure());
     const uint16_t w = port % kWorkers;
-    receive(1, w, PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 7).tcp(kPeerTcpPort, port, kSyn | kAck, 9000).build());
-    settle();
-    ASSERT_EQ(sent(0)[w].size(), 1u);
 
     const auto data = [&](const Mac& dst, const Mac& src) {
         return PacketBuilder().eth(dst, src).ipv4(kNode, kInternalAddr, 64, 8).tcp(kNodePort, kImportTcpPort, kAck, 101).payload(8).build();
