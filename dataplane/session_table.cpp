@@ -53,10 +53,8 @@ SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed) : seed_(seed) {
     mask_ = static_cast<uint32_t>(slots - 1);
 }
 
-SessionTable::Hit SessionTable::find(const FlowKey& k) { return find(k, hash_of(k)); }
-
-SessionTable::Hit SessionTable::find(const FlowKey& k, uint32_t h) {
-    const Slot& s = slots_[slot_of(k, h)];
+SessionTable::Hit SessionTable::find(const FlowKey& k) {
+    const Slot& s = slots_[slot_of(k, hash_of(k))];
     if (s.ref == kEmpty) return {};
     return {&pool_[session_of(s.ref)], static_cast<uint8_t>(s.ref & 1)};
 }

@@ -141,7 +141,6 @@ public:
         if (ref != kEmpty) __builtin_prefetch(&pool_[session_of(ref)]);
         return static_cast<uint64_t>(ref) << 32 | epoch_;
     }
-    Hit find(const FlowKey& k, uint32_t h);  // h = hash(k)
     // As find(k), from the hint prefetch_session(k, ...) gave: while no slot has changed since, the
     // hint is the answer and neither the slot nor the key is read again; otherwise the key is looked
     // up afresh, so a stale hint never changes the outcome. `hint` must be k's own.
