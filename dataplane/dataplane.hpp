@@ -320,20 +320,19 @@ public:
             return a << 48 | b << 32 | c << 16 | d;
 #endif
         };
-        const auto halves = [](uint32_t addr) { return std::pair<uint64_t, uint64_t>{
+        // An address (network order) already is its four bytes in memory order: it goes into its
+        // word whole. (Split into halves, one half was spilled as 32 bits and reloaded as 64, a
+        // load that store forwarding cannot serve: a tenth of a cache hit waited on it in `perf`.)
 #if RTE_BYTE_ORDER == RTE_LITTLE_ENDIAN
-            addr & 0xffff, addr >> 16
+        const uint64_t src_word = uint64_t{src} << 32, dst_word = dst;
 #else
-            addr >> 16, addr & 0xffff
+        const uint64_t src_word = src, dst_word = uint64_t{dst} << 32;
 #endif
-        }; };
-        const auto [src0, src1] = halves(src);
-        const auto [dst0, dst1] = halves(dst);
         // Version/IHL and TOS, the total length, ID 0, "don't fragment"; TTL and protocol, the
         // header sum, the addresses; the ports; the UDP length and sum.
         const uint64_t w0 = words(kStoredVersionTos, len_ip, 0, kStoredDf);
-        const uint64_t w1 = words(kStoredTtlProto, ip_sum, src0, src1);
-        const uint64_t w2 = words(dst0, dst1, sport, dport);
+        const uint64_t w1 = words(kStoredTtlProto, ip_sum, 0, 0) | src_word;
+        const uint64_t w2 = dst_word | words(0, 0, sport, dport);
         const uint32_t w3 = static_cast<uint32_t>(words(len_udp, udp_sum, 0, 0) >> (RTE_BYTE_ORDER == RTE_LITTLE_ENDIAN ? 0 : 32));
         auto* p = reinterpret_cast<uint8_t*>(ip);
         std::memcpy(p, &w0, 8);
