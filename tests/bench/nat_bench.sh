@@ -80,13 +80,11 @@ stop_all() {
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     PIDS=()
 }
-HUGE_DIR="" HUGE_OLD=""
+source "$(dirname "$0")/huge.sh"
+bench_huge_init
 cleanup() {
     stop_all
-    if [[ -n $HUGE_DIR ]]; then
-        umount "$HUGE_DIR" 2>/dev/null || true
-        echo "$HUGE_OLD" >/proc/sys/vm/nr_hugepages 2>/dev/null || true
-    fi
+    bench_huge_release
     rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX"
 }
 trap cleanup EXIT
@@ -101,46 +99,13 @@ NEWSESS_N=$(tr ' ' '\n' <<<"$FLOWS" | sort -n | tail -1)
 # Memory for the EAL: net_pcap's infinite_rx keeps a copy of every packet of the file in an mbuf for
 # the whole run, so the pool holds N mbufs plus working room.
 mbuf_count() { echo $(($1 + 32768)); }
-# With --no-huge the memory is not IOVA-contiguous, so the mempool never lets an object (mbuf header
-# 128 + data room + 64 of mempool header) straddle a 4 KB page: a 2176-byte mbuf takes a whole page.
-# On hugepages objects pack end to end.
-eal_mb() {  # mbufs, data room -> MB of -m, with room for rings and the rest
-    if [[ -n $HUGE_DIR ]]; then
-        echo $((($1 * ($2 + 192) + 1048575) / 1048576 + 384))
-        return
-    fi
-    local per_page=$((4096 / ($2 + 192)))
-    ((per_page >= 1)) || per_page=1
-    echo $(((($1 + per_page - 1) / per_page) * 4096 / 1048576 + 384))
-}
 mappings_for() { local m=$(((2 * $1 + POOL_PORTS - 1) / POOL_PORTS)); echo $((m < 1 ? 1 : m)); }
 
 # Hugepages for the largest run (testpmd and fedgated never run at once), if the machine gives them.
-MEMORY="no hugepages (--no-huge, 4 KB pages)"
 if ((HUGE)); then
     MAX_N=$(tr ' ' '\n' <<<"$FLOWS" | sort -n | tail -1)
-    HUGE_DIR="$WORK/huge"  # set first, so eal_mb sizes for hugepages
-    NEED_MB=$(eal_mb "$(mbuf_count "$MAX_N")" "$((TP_MBUF_SIZE > 2176 ? TP_MBUF_SIZE : 2176))")
-    NEED_PAGES=$(((NEED_MB + 63) / 2 + 32))  # 2 MB pages, with some to spare
-    HUGE_OLD=$(cat /proc/sys/vm/nr_hugepages)
-    mkdir -p "$HUGE_DIR"
-    echo $((HUGE_OLD + NEED_PAGES)) >/proc/sys/vm/nr_hugepages 2>/dev/null || true
-    got=$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo)
-    if ((got >= NEED_PAGES)) && mount -t hugetlbfs -o pagesize=2M nodev "$HUGE_DIR" 2>/dev/null; then
-        MEMORY="hugepages: $NEED_PAGES x 2 MB reserved for the run (hugetlbfs)"
-    else
-        echo "$HUGE_OLD" >/proc/sys/vm/nr_hugepages 2>/dev/null || true
-        echo "nat_bench: could not reserve $NEED_PAGES hugepages ($got free): running with --no-huge" >&2
-        HUGE_DIR=""
-    fi
+    bench_huge_reserve "$WORK/huge" "$(eal_mb "$(mbuf_count "$MAX_N")" "$((TP_MBUF_SIZE > 2176 ? TP_MBUF_SIZE : 2176))" huge)" nat_bench
 fi
-eal_mem_args() {  # MB -> the EAL's memory arguments
-    if [[ -n $HUGE_DIR ]]; then
-        echo "--huge-dir $HUGE_DIR --huge-unlink -m $1"
-    else
-        echo "--no-huge -m $1"
-    fi
-}
 [[ $FEDGATED == "$BUILD/controlplane/fedgated" ]] || MEMORY="$MEMORY; fedgated: $FEDGATED"
 echo "nat_bench: $MEMORY"
 

@@ -38,6 +38,9 @@
 #                                   reference alone moves by half between runs on a busy machine)
 #   RESOLVE_BENCH_FEDGATED=BUILD_DIR/controlplane/fedgated   part 1: the daemon measured (another
 #                                   build's binary, to compare two builds in alternated runs)
+#   RESOLVE_BENCH_HUGE=1            part 1: testpmd and fedgated on 2 MB hugepages, which the script
+#                                   reserves and gives back (tests/bench/huge.sh); 0, or a machine
+#                                   that cannot reserve them: --no-huge (the lines say which)
 #   RESOLVE_BENCH_BIG=1             part 3: also the 1M-record step (0: only 100K)
 #   RESOLVE_BENCH_PARTS="1 2 3 4"   which parts to run (3 and 4 need 2's lab; they bring one up if 2 is skipped)
 #   RESOLVE_BENCH_GROUP_REGS=2000   part 4: registrations in each burst (alone, then as a member)
@@ -63,12 +66,13 @@ if [[ ${2:-} == --smoke ]]; then
     bench_smoke_guard "$BUILD" "EAL, network namespaces"
     # Part 1: testpmd's rate needs four stats blocks, which come slower than one a second on a busy
     # machine; fedgated's, two seconds of warm-up and more.
-    SMOKE=1 SECS=8 RECORDS=16 REQUESTS=64 ROUNDS=1 FEDGATED=$BUILD/controlplane/fedgated BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
+    SMOKE=1 HUGE=0 SECS=8 RECORDS=16 REQUESTS=64 ROUNDS=1 FEDGATED=$BUILD/controlplane/fedgated BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
     LAT_N=20 REG_N=20 PING_N=10 GWPING_N=10 STEP_N=1000
 else
     SECS=${2:-10}
     RECORDS=${RESOLVE_BENCH_RECORDS:-1024}
     ROUNDS=${RESOLVE_BENCH_ROUNDS:-1}
+    HUGE=${RESOLVE_BENCH_HUGE:-1}
     FEDGATED=${RESOLVE_BENCH_FEDGATED:-$BUILD/controlplane/fedgated}
     REQUESTS=${RESOLVE_BENCH_REQUESTS:-4096}
     BIG=${RESOLVE_BENCH_BIG:-1}
@@ -140,6 +144,9 @@ source "$(dirname "$0")/../../tools/lab.sh"
 # shellcheck source=tests/integration/lib_etcd.sh
 source "$(dirname "$0")/../integration/lib_etcd.sh"
 LAB_IS_UP=0
+# shellcheck source=tests/bench/huge.sh
+source "$(dirname "$0")/huge.sh"
+bench_huge_init
 PIDS=()
 stop_all() {
     local p
@@ -152,6 +159,7 @@ cleanup() {
     # The gateways first: a member stopping may still talk to the store.
     if ((LAB_IS_UP)); then lab_down || true; fi
     etcd_down
+    bench_huge_release
     rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX"
 }
 trap cleanup EXIT
@@ -168,12 +176,6 @@ result() { echo "  $*"; SUMMARY+=("$*"); }  # a result line: printed now and aga
 # ================================================================================================
 # As nat_bench.sh: net_pcap's infinite_rx keeps every packet of the file in an mbuf for the whole run.
 mbuf_count() { echo $(($1 + 32768)); }
-# --no-huge memory is not IOVA-contiguous: a 2176-byte mbuf (plus headers) takes a whole 4 KB page.
-eal_mb() {
-    local per_page=$((4096 / ($2 + 192)))
-    ((per_page >= 1)) || per_page=1
-    echo $(((($1 + per_page - 1) / per_page) * 4096 / 1048576 + 384))
-}
 ctl1() { taskset -c 0 "$BUILD/tools/fedgatectl" --socket "$WORK/fedgated.sock" "$@"; }
 # One stats sample: "t hits requesters_tx requests drops local registrations_rx".
 sample1() {
@@ -188,13 +190,17 @@ print(time.monotonic(), res["resolve"]["hits"], port["requesters"]["tx_packets"]
 run_part1() {
     local round
     local which="" && [[ $FEDGATED != "$BUILD/controlplane/fedgated" ]] && which=" (fedgated: $FEDGATED)"
+    # testpmd and fedgated take turns, so one reservation serves both; given back before the lab.
+    if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(eal_mb "$(mbuf_count "$REQUESTS")" 2176 huge)" resolve_bench; fi
     say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, ${SECS}s each, $ROUNDS round(s))$which"
+    result "part 1: memory: $MEMORY"
     "$BUILD/tests/fedgate_bench_pcap" --resolve "$WORK/register.pcap" "$WORK/resolve.pcap" 198.18.1.1 1 "$RECORDS" "$REQUESTS" 198.18.9
     : >"$WORK/part1-rounds.txt"
     for ((round = 1; round <= ROUNDS; round++)); do
         ((ROUNDS == 1)) || say "  -- round $round of $ROUNDS"
         part1_round
     done
+    bench_huge_release
     ((ROUNDS > 1)) || return 0
     # The middle of the rounds: each round's pair ran minutes apart at most, the rounds over longer.
     result "$("$PY" - "$WORK/part1-rounds.txt" <<'PY'
@@ -216,7 +222,8 @@ part1_round() {
 
     # --- the reference: testpmd 5tswap, port 0 -> port 1, lcore 1 ---
     tp_mb=$(eal_mb "$mbufs" 2176)
-    stdbuf -oL dpdk-testpmd -l 0,1 --no-huge --no-shconf -m "$tp_mb" --no-pci --log-level lib.eal:error \
+    # shellcheck disable=SC2046 # eal_mem_args is several words on purpose
+    stdbuf -oL dpdk-testpmd -l 0,1 $(eal_mem_args "$tp_mb") --no-shconf --no-pci --log-level lib.eal:error \
         --file-prefix "$TP_PREFIX" --vdev "$rx_vdev" --vdev "$null_vdev" -- \
         --forward-mode=5tswap --nb-cores=1 --auto-start --stats-period 1 --total-num-mbufs="$mbufs" \
         --mbuf-size=2176 --no-mlockall >"$WORK/testpmd.log" 2>&1 &
@@ -254,7 +261,7 @@ party_id = 1
 socket = "$WORK/fedgated.sock"
 state_dir = "$WORK/state"
 [eal]
-args = ["-l", "0,1", "--no-huge", "--no-shconf", "-m", "$fg_mb", "--no-pci", "--file-prefix", "$FG_PREFIX", "--log-level", "lib.eal:error"]
+args = ["-l", "0,1", $(eal_mem_args "$fg_mb" | sed 's/[^ ]*/"&",/g') "--no-shconf", "--no-pci", "--file-prefix", "$FG_PREFIX", "--log-level", "lib.eal:error"]
 [dataplane]
 idle = "spin"
 mbufs = $mbufs
