@@ -198,20 +198,20 @@ private:
     static constexpr uint32_t ports_of(const FlowKey& k) { return static_cast<uint32_t>(k.sport) << 16 | k.dport; }
     static constexpr uint32_t session_of(uint32_t ref) { return (ref & ((1u << kProtoShift) - 1)) >> 1; }
 
-    // CRC32-C of the key as two 64-bit words from the table's seed, then a multiply-xorshift
-    // finaliser: CRC is linear in its input, so flows that differ in a few bits would crowd into a
-    // few home slots without it (1024 benchmark flows on 268 of 4096 slots). Inline: the batched
-    // path hashes a burst at once.
+    // CRC32-C of the key as two 64-bit words from the table's seed, then one multiply by a 64-bit
+    // odd constant, keeping the product's upper half: CRC is linear in its input, so flows that
+    // differ in a few bits crowd into fewer home slots without a nonlinear step (250 nodes' ports
+    // toward three mapped ports: 737 of 4096 slots where a random function fills 906), and the
+    // upper half depends on every bit of the CRC (the lower bits of a product only on the lower
+    // bits). It spreads those flows as a random function would, as the two-multiply xorshift
+    // finaliser it replaced did, with a third of its latency, which the burst's first pass waits
+    // on (1K flows: 39.0-39.2 Mpps against 36.8-38.1, alternated). Inline: the batched path
+    // hashes a burst at once.
     uint32_t hash_of(const FlowKey& k) const {
         const uint64_t addrs = static_cast<uint64_t>(k.dst) << 32 | k.src;
         const uint64_t rest = static_cast<uint64_t>(k.proto) << 32 | static_cast<uint32_t>(k.sport) << 16 | k.dport;
-        uint32_t h = crc32c_u64(rest, crc32c_u64(addrs, seed_));
-        h ^= h >> 16;
-        h *= 0x85ebca6bu;
-        h ^= h >> 13;
-        h *= 0xc2b2ae35u;
-        h ^= h >> 16;
-        return h;
+        const uint32_t h = crc32c_u64(rest, crc32c_u64(addrs, seed_));
+        return static_cast<uint32_t>((uint64_t{h} * 0x9e3779b97f4a7c15ull) >> 32);
     }
     uint32_t seed_;
     uint32_t slot_of(const FlowKey& k, uint32_t h) const;  // the slot holding k, or the empty slot ending its chain

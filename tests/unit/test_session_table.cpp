@@ -620,21 +620,31 @@ namespace {
 // consecutive sources and source ports) over the table's home slots about as a random function
 // would: 1024 such flows into 4096 slots fill about 4096 (1 - e^(-1/4)) = 906 distinct ones.
 TEST(SessionTable, FlowsDifferingInAFewBitsSpreadOverTheHomeSlots) {
-    SessionTable t(1024, 7);  // 2048 keys at <= 3/4 load: 4096 slots
-    std::set<uint32_t> homes, homes_ports;
-    for (uint32_t i = 0; i < 1024; ++i) {
-        FlowKey k;
-        k.src = htonl(0xC6120100u + (i & 0xff));  // 198.18.1.x
-        k.dst = htonl(0xC6120101u);
-        k.sport = htons(static_cast<uint16_t>(10000 + i));
-        k.dport = htons(8080);
-        k.proto = kTcp;
-        homes.insert(t.hash(k) & 4095);
-        k.src = htonl(0xC6120102u);  // one node, consecutive source ports
-        homes_ports.insert(t.hash(k) & 4095);
+    for (const uint32_t seed : {7u, 0u, 0x9e3779b9u, UINT32_MAX}) {
+        SCOPED_TRACE(seed);
+        SessionTable t(1024, seed);  // 2048 keys at <= 3/4 load: 4096 slots
+        std::set<uint32_t> homes, homes_ports, homes_mixed;
+        for (uint32_t i = 0; i < 1024; ++i) {
+            FlowKey k;
+            k.src = htonl(0xC6120100u + (i & 0xff));  // 198.18.1.x
+            k.dst = htonl(0xC6120101u);
+            k.sport = htons(static_cast<uint16_t>(10000 + i));
+            k.dport = htons(8080);
+            k.proto = kTcp;
+            homes.insert(t.hash(k) & 4095);
+            k.src = htonl(0xC6120102u);  // one node, consecutive source ports
+            homes_ports.insert(t.hash(k) & 4095);
+            // 250 nodes' consecutive ports toward three mapped ports: the CRC alone, linear, puts
+            // these on about 737 home slots whatever the seed.
+            k.src = htonl(0xC6120102u + i % 250);
+            k.sport = htons(static_cast<uint16_t>(1024 + i / 250));
+            k.dport = htons(static_cast<uint16_t>(8080 + i % 3));
+            homes_mixed.insert(t.hash(k) & 4095);
+        }
+        EXPECT_GT(homes.size(), 840u);
+        EXPECT_GT(homes_ports.size(), 840u);
+        EXPECT_GT(homes_mixed.size(), 840u);
     }
-    EXPECT_GT(homes.size(), 840u);
-    EXPECT_GT(homes_ports.size(), 840u);
 }
 
 TEST(SessionTable, EachTableHashesWithASeedOfItsOwn) {
