@@ -19,18 +19,26 @@
 #
 # usage: lab_bench.sh BUILD_DIR [SECONDS] [--ports "af_packet af_xdp"] [--idle backoff|spin]
 #                      [--yield-us N]   ([dataplane] idle_yield_us; 0: wait as soon as idle)
+#                      [--nodes-cpu CPU] (every setup: the nodes' programs pinned to CPU with
+#                                         taskset; by default the scheduler places them)
+#                      [--kernel-rps MASK] (the kernel pair: RPS on its four gateway veths, their
+#                                         receive work steered to the CPUs of MASK, hex as in
+#                                         rps_cpus; with --nodes-cpu 0 --kernel-rps 2 both kinds
+#                                         of gateway work on CPU 1 and the nodes on CPU 0)
 #                                                           (root; about 2 minutes at 10 s)
 #        lab_bench.sh BUILD_DIR --smoke    (CI: a second or two each; checks it runs and reports)
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: lab_bench.sh BUILD_DIR [SECONDS] [--ports KINDS] | --smoke}")
 shift
-SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff YIELD_US=
+SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff YIELD_US= NODES_CPU= KERNEL_RPS=
 while (($#)); do
     case $1 in
         --smoke) SMOKE=1; shift ;;
         --ports) KINDS=${2:?--ports needs a list}; shift 2 ;;
         --idle) IDLE=${2:?--idle needs backoff or spin}; shift 2 ;;
         --yield-us) YIELD_US=${2:?--yield-us needs a number of microseconds}; shift 2 ;;
+        --nodes-cpu) NODES_CPU=${2:?--nodes-cpu needs a CPU number}; shift 2 ;;
+        --kernel-rps) KERNEL_RPS=${2:?--kernel-rps needs a CPU mask in hex}; shift 2 ;;
         *) SECS=$1; shift ;;
     esac
 done
@@ -41,6 +49,10 @@ if ((SMOKE)); then
 fi
 [[ $IDLE == backoff || $IDLE == spin ]] || { echo "lab_bench: --idle is backoff or spin" >&2; exit 2; }
 [[ -z $YIELD_US || $YIELD_US =~ ^[0-9]+$ ]] || { echo "lab_bench: --yield-us must be a number of microseconds, not '$YIELD_US'" >&2; exit 2; }
+[[ -z $NODES_CPU || ($NODES_CPU =~ ^[0-9]+$ && NODES_CPU -lt $(nproc)) ]] ||
+    { echo "lab_bench: --nodes-cpu must be a CPU of this machine (0..$(($(nproc) - 1))), not '$NODES_CPU'" >&2; exit 2; }
+[[ -z $KERNEL_RPS || $KERNEL_RPS =~ ^[0-9a-fA-F]+$ ]] ||
+    { echo "lab_bench: --kernel-rps must be a CPU mask in hex (2: CPU 1), not '$KERNEL_RPS'" >&2; exit 2; }
 [[ $SECS =~ ^[0-9]+$ ]] && ((SECS >= 1)) || { echo "lab_bench: SECONDS must be an integer >= 1" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "lab_bench: run as root (network namespaces)" >&2; exit 1; }
 for tool in iperf3 sockperf nft python3; do
@@ -78,6 +90,10 @@ readonly IPERF_PORT=5201 SP_PORT=11111 CPS_PORT=7000
 readonly A_IPERF=9201 A_SP=9202 A_CPS=9203           # on A_IN
 readonly B_IPERF=19201 B_SP=19202 B_CPS=19203        # on B_EXT
 
+# The nodes' programs, pinned where --nodes-cpu says (in every setup alike).
+PIN=()
+[[ -z $NODES_CPU ]] || PIN=(taskset -c "$NODES_CPU")
+
 # ---- the kernel gateway pair ----------------------------------------------------------------
 kernel_pair_up() {
     "$ROOT/tools/topo.sh" --prefix "$KPREFIX" up >/dev/null
@@ -87,6 +103,15 @@ kernel_pair_up() {
     ip -n "$NS_B_GW" addr add "$B_IN_IP/24" dev "$B_IN_IF"
     ip -n "$NS_B_GW" addr add "$B_EXT_IP/24" dev "$B_EXT_IF"
     ip netns exec "$NS_A_GW" sysctl -q -w net.ipv4.ip_forward=1
+    if [[ -n $KERNEL_RPS ]]; then
+        local x ns dev
+        for x in "$NS_A_GW:$A_IN_IF" "$NS_A_GW:$A_EXT_IF" "$NS_B_GW:$B_IN_IF" "$NS_B_GW:$B_EXT_IF"; do
+            IFS=: read -r ns dev <<<"$x"
+            # /sys of the namespace: ip netns exec mounts it for the command.
+            ip netns exec "$ns" sh -c "echo $KERNEL_RPS >/sys/class/net/$dev/queues/rx-0/rps_cpus" ||
+                { echo "lab_bench: cannot set RPS on $dev in $ns" >&2; exit 1; }
+        done
+    fi
     ip netns exec "$NS_B_GW" sysctl -q -w net.ipv4.ip_forward=1
     ip netns exec "$NS_A_GW" nft -f - <<NFT
 table ip portmap {
@@ -142,11 +167,11 @@ measure() {
     local label=$1
     # Node a may reuse TIME_WAIT ports for new connections, as both setups see the same churn.
     ip netns exec "$NS_A_NODE" sysctl -q -w net.ipv4.tcp_tw_reuse=1
-    ip netns exec "$NS_B_NODE" iperf3 -s -B "$B_NODE_IP" -p "$IPERF_PORT" >/dev/null 2>&1 &
+    ip netns exec "$NS_B_NODE" "${PIN[@]}" iperf3 -s -B "$B_NODE_IP" -p "$IPERF_PORT" >/dev/null 2>&1 &
     PIDS+=($!)
-    ip netns exec "$NS_B_NODE" sockperf server --tcp -i "$B_NODE_IP" -p "$SP_PORT" >"$WORK/sp-server.log" 2>&1 &
+    ip netns exec "$NS_B_NODE" "${PIN[@]}" sockperf server --tcp -i "$B_NODE_IP" -p "$SP_PORT" >"$WORK/sp-server.log" 2>&1 &
     PIDS+=($!)
-    ip netns exec "$NS_B_NODE" python3 - "$B_NODE_IP" "$CPS_PORT" >/dev/null 2>&1 <<'PY' &
+    ip netns exec "$NS_B_NODE" "${PIN[@]}" python3 - "$B_NODE_IP" "$CPS_PORT" >/dev/null 2>&1 <<'PY' &
 import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -163,14 +188,14 @@ PY
     lab_wait "a connection through the $label port map" ip netns exec "$NS_A_NODE" python3 -c \
         "import socket; socket.create_connection(('$A_IN_IP', $A_CPS), timeout=2).close()"
 
-    ip netns exec "$NS_A_NODE" timeout $((SECS + 30)) iperf3 -c "$A_IN_IP" -p "$A_IPERF" -t "$SECS" -J >"$WORK/iperf.json" || true
+    ip netns exec "$NS_A_NODE" "${PIN[@]}" timeout $((SECS + 30)) iperf3 -c "$A_IN_IP" -p "$A_IPERF" -t "$SECS" -J >"$WORK/iperf.json" || true
     TPUT=$(python3 -c "import json; r = json.load(open('$WORK/iperf.json')); print(f\"{r['end']['sum_received']['bits_per_second'] / 1e6:.0f}\")" 2>/dev/null || echo 0)
 
-    ip netns exec "$NS_A_NODE" timeout $((SECS + 30)) sockperf ping-pong --tcp -i "$A_IN_IP" -p "$A_SP" -t "$SECS" -m 64 \
+    ip netns exec "$NS_A_NODE" "${PIN[@]}" timeout $((SECS + 30)) sockperf ping-pong --tcp -i "$A_IN_IP" -p "$A_SP" -t "$SECS" -m 64 \
         >"$WORK/sp.log" 2>&1 || true
     RTT=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/sp.log" | awk '/percentile 50.000 =/ { printf "%.1f", 2 * $NF; found = 1 } END { if (!found) print 0 }')
 
-    CPS=$(ip netns exec "$NS_A_NODE" timeout $((SECS + 30)) python3 - "$A_IN_IP" "$A_CPS" "$SECS" <<'PY' || echo 0
+    CPS=$(ip netns exec "$NS_A_NODE" "${PIN[@]}" timeout $((SECS + 30)) python3 - "$A_IN_IP" "$A_CPS" "$SECS" <<'PY' || echo 0
 import socket, sys, time
 host, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 n, end = 0, time.perf_counter() + secs
@@ -201,7 +226,7 @@ print(f"{(c1 - c0) / (t1 - t0) * 1000:.1f}")
 PY
 }
 
-echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}, $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
+echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}${NODES_CPU:+, node programs on CPU $NODES_CPU}${KERNEL_RPS:+, RPS on the kernel pair gateway veths to CPUs $KERNEL_RPS}, $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
 kernel_pair_up
 measure kernel
 K_TPUT=$TPUT K_RTT=$RTT K_CPS=$CPS
