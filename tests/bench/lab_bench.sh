@@ -103,6 +103,7 @@ kernel_pair_up() {
     ip -n "$NS_B_GW" addr add "$B_IN_IP/24" dev "$B_IN_IF"
     ip -n "$NS_B_GW" addr add "$B_EXT_IP/24" dev "$B_EXT_IF"
     ip netns exec "$NS_A_GW" sysctl -q -w net.ipv4.ip_forward=1
+    ip netns exec "$NS_B_GW" sysctl -q -w net.ipv4.ip_forward=1
     if [[ -n $KERNEL_RPS ]]; then
         local x ns dev
         for x in "$NS_A_GW:$A_IN_IF" "$NS_A_GW:$A_EXT_IF" "$NS_B_GW:$B_IN_IF" "$NS_B_GW:$B_EXT_IF"; do
@@ -112,7 +113,6 @@ kernel_pair_up() {
                 { echo "lab_bench: cannot set RPS on $dev in $ns" >&2; exit 1; }
         done
     fi
-    ip netns exec "$NS_B_GW" sysctl -q -w net.ipv4.ip_forward=1
     ip netns exec "$NS_A_GW" nft -f - <<NFT
 table ip portmap {
     chain pre {
