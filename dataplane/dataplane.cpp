@@ -102,7 +102,7 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
       pool_(pool),
       rings_(rings),
       idle_(cfg.idle),
-      tsc_per_ms_(rte_get_tsc_hz() / 1000),
+      clock_(rte_get_tsc_hz()),
       worker_(std::move(worker)),
       queue_(worker_.index),
       nat_lo_(cfg.nat.port_lo),
@@ -152,7 +152,6 @@ Dataplane::~Dataplane() {
     neigh_.clear([](Neighbour& n) { rte_pktmbuf_free(n.held); });
 }
 
-uint64_t Dataplane::now_ms() const { return rte_get_tsc_cycles() / tsc_per_ms_; }
 
 // ---------------------------------------------------------------------------------------------
 // The loop.
@@ -179,7 +178,7 @@ void Dataplane::run(const std::atomic<bool>& quit) {
         const uint32_t handled = poll_once();
         // Nothing from the maps is held across polls: this is a quiescent state.
         if (rcu != nullptr) rte_rcu_qsbr_quiescent(rcu, me);
-        const uint32_t us = idle.after_poll(handled, rte_rdtsc());
+        const uint32_t us = idle.after_poll(handled, poll_tsc_);  // the poll's start: a TSC read saved
         if (idle.yielding()) {
             counters_.idle_yields.add();
             sched_yield();
@@ -225,7 +224,8 @@ bool Dataplane::rings_have_work() const {
 
 uint32_t Dataplane::poll_once() {
     counters_.polls.add();
-    now_ms_ = now_ms();
+    poll_tsc_ = rte_get_tsc_cycles();
+    now_ms_ = clock_.ms(poll_tsc_);
     if (standby_src_ != nullptr) follow_role();
     uint32_t handled = 0;
     rte_mbuf* pkts[kRxBurst];

@@ -526,7 +526,7 @@ private:
     void housekeeping(bool busy);
     void publish_gauges();  // the gauges the control threads read
     void flush_session_events();  // the NAT's event log to rings_.session_events; what does not fit is lost
-    uint64_t now_ms() const;
+    uint64_t now_ms() const { return clock_.ms(rte_get_tsc_cycles()); }
     bool rings_have_work() const;  // requests, inject or hand-offs waiting (the doorbell's last look)
 
     std::unique_ptr<Port[]> ports_;  // fixed at construction: counters never move
@@ -547,7 +547,8 @@ private:
     rte_mempool* pool_;
     DpRings rings_;
     IdleConfig idle_;
-    uint64_t tsc_per_ms_;
+    TickClock clock_;  // TSC ticks to milliseconds
+    uint64_t poll_tsc_ = 0;  // the TSC as the poll began: now_ms_ and the idle back-off's clock
     uint64_t now_ms_ = 0;
     uint64_t next_tick_ms_ = 0;
     static constexpr uint32_t kNoPass = UINT32_MAX;

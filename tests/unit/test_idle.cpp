@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "dataplane/idle.hpp"
@@ -14,6 +15,41 @@ namespace {
 
 using fedgate::IdleBackoff;
 using fedgate::IdleConfig;
+using fedgate::TickClock;
+
+// The lcore's clock against the division it replaces: equal or one more, never less, and never
+// going back, at TSC rates of real machines and at edges of the range; and one more only rarely
+// (near a millisecond's end) within a few hundred days of ticks.
+TEST(TickClock, MillisecondsAreTheQuotientOrOneMoreAndNeverGoBack) {
+    std::mt19937_64 rng(7);
+    for (const uint64_t hz : {2'994'374'000ull, 2'450'000'000ull, 1'000'000'000ull, 33'554'432'000ull, 1'000'000ull, 3'999ull}) {
+        const TickClock c(hz);
+        const uint64_t d = c.ticks_per_ms();
+        ASSERT_EQ(d, std::max<uint64_t>(hz / 1000, 2));
+        uint64_t uptime_samples = 0, uptime_exact = 0, prev_ticks = 0, prev_ms = 0;
+        for (int i = 0; i < 200'000; ++i) {
+            // Anywhere in 64 bits, around a millisecond's start or just before its end, ascending,
+            // and anywhere below 2^56 ticks (277 days at 3 GHz).
+            uint64_t t = rng();
+            switch (i % 5) {
+            case 1: t = (t / d) * d + (rng() % 3); break;
+            case 2: t = (t / d) * d - 1 - (rng() % 3); break;
+            case 3: t = prev_ticks + rng() % (4 * d); break;
+            case 4: t >>= 8; break;
+            }
+            const uint64_t ms = c.ms(t);
+            ASSERT_GE(ms, t / d) << "hz " << hz << " ticks " << t;
+            ASSERT_LE(ms, t / d + 1) << "hz " << hz << " ticks " << t;
+            if (i % 5 == 3) {
+                ASSERT_GE(ms, prev_ms) << "hz " << hz << " went back at ticks " << t;
+                prev_ticks = t, prev_ms = ms;
+            }
+            if (i % 5 == 4) ++uptime_samples, uptime_exact += ms == t / d;
+        }
+        EXPECT_GE(uptime_exact * 100, uptime_samples * 99) << "hz " << hz;
+        for (uint64_t t = 0; t < 10 * d; t += d / 7 + 1) ASSERT_EQ(c.ms(t), t / d) << "hz " << hz;
+    }
+}
 
 constexpr IdleConfig kBackoff{.spin = false, .empty_polls_before_sleep = 4, .min_sleep_us = 1, .max_sleep_us = 200, .warm_naps = 0};
 
