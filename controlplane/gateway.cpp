@@ -575,8 +575,10 @@ void Gateway::stop() {
 }
 
 uint64_t Gateway::now_ms() const {
-    static const uint64_t tsc_per_ms = rte_get_tsc_hz() / 1000;
-    return rte_get_tsc_cycles() / tsc_per_ms;
+    // The lcores' clock (Dataplane's TickClock), so that a time one side stamps (the shared resolve
+    // cache's) and the other reads later never reads as the future: the same function of the TSC.
+    static const TickClock clock(rte_get_tsc_hz());
+    return clock.ms(rte_get_tsc_cycles());
 }
 
 // The control side of the punt ring: hands each packet to whoever waits for it. The same thread

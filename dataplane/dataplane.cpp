@@ -152,7 +152,6 @@ Dataplane::~Dataplane() {
     neigh_.clear([](Neighbour& n) { rte_pktmbuf_free(n.held); });
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // The loop.
 
