@@ -191,14 +191,14 @@ nlohmann::ordered_json Commands::session_list(const nlohmann::ordered_json& req)
         more->sessions.reserve(limit);
         more = p_.ask_worker(std::move(more), kRequestTimeout, w);
         r->total += more->total;
-        for (const Session& s : more->sessions)
+        for (const SessionInfo& s : more->sessions)
             if (r->sessions.size() < limit) r->sessions.push_back(s);
     }
     const auto endpoint = [](uint32_t addr, uint16_t port) {
         return format_ipv4(rte_be_to_cpu_32(addr)) + ":" + std::to_string(rte_be_to_cpu_16(port));
     };
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const Session& s : r->sessions) {
+    for (const SessionInfo& s : r->sessions) {
         const bool tcp = s.key[0].proto == IPPROTO_TCP;
         const char* state = !tcp                                  ? "active"
                             : s.tcp_rst || s.tcp_fin == 3        ? "closing"

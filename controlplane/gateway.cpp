@@ -722,7 +722,7 @@ void Gateway::dump_session_events(const std::function<bool(std::span<const Sessi
             r->sessions.reserve(kPage);
             r = ask_lcore(std::move(r), kRequestTimeout, w);
             events.clear();
-            for (const Session& s : r->sessions) events.push_back(Nat::event_of(s, SessionEvent::opened));
+            for (const SessionInfo& s : r->sessions) events.push_back(Nat::event_of(s, SessionEvent::opened));
             if (!events.empty() && !page(events)) return;
             if (r->sessions.size() < kPage || r->next <= from) break;  // the table is done
             from = r->next;

@@ -816,8 +816,8 @@ void Dataplane::answer(DpRequest& r) {
         if (room == 0) {
             r.next = r.from;
         } else {
-            r.next = nat_.sessions().visit(r.from, [&](const Session& s) {
-                r.sessions.push_back(s);
+            r.next = nat_.sessions().visit(r.from, [&](const Session& s, const SessionCold& c) {
+                r.sessions.emplace_back(s, c);
                 return r.sessions.size() < room;  // false once full: the next page starts after it
             });
         }

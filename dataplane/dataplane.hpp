@@ -191,7 +191,7 @@ struct DpRequest {
     // session_dump: the sessions from pool index `from` on, up to `limit`; `next` is where the next
     // page starts (SessionTable::visit: its capacity when the table is done).
     uint32_t from = 0, next = 0;
-    std::vector<Session> sessions;
+    std::vector<SessionInfo> sessions;
     uint64_t total = 0;
     uint64_t now_ms = 0;
     ProcessId target;

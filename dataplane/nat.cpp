@@ -318,22 +318,23 @@ Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port,
     back.out_port = reply_port;
     back.next_hop = reply_hop;
     prepare(reverse, back);
-    s->alloc_port = sport;
-    s->alloc_pool = static_cast<uint8_t>(pool);
-    s->kind = kind;
+    SessionCold& c = sessions_.cold(s);
+    c.alloc_port = sport;
+    c.alloc_pool = static_cast<uint8_t>(pool);
+    c.kind = kind;
     s->last_seen_ms = now_ms;
     counters_.sessions_created.add();
     return s;
 }
 
-SessionEvent Nat::event_of(const Session& s, SessionEvent::Type type) {
+SessionEvent Nat::event_of(const Session& s, const SessionCold& c, SessionEvent::Type type) {
     SessionEvent e;
     e.type = type;
-    e.proto = s.key[0].proto;
-    e.kind = s.kind;
+    e.proto = c.key[0].proto;
+    e.kind = c.kind;
     e.out_port = static_cast<uint8_t>(s.rw[0].out_port);
-    e.in_src = s.key[0].src, e.in_dst = s.key[0].dst;
-    e.in_sport = s.key[0].sport, e.in_dport = s.key[0].dport;
+    e.in_src = c.key[0].src, e.in_dst = c.key[0].dst;
+    e.in_sport = c.key[0].sport, e.in_dport = c.key[0].dport;
     e.out_src = s.rw[0].src, e.out_dst = s.rw[0].dst;
     e.out_sport = s.rw[0].sport, e.out_dport = s.rw[0].dport;
     e.timeout_ms = s.timeout_ms;
@@ -396,7 +397,7 @@ Nat::Verdict Nat::handle_icmp_error(uint8_t* l3, const ParsedPacket& p) {
     }
     Session& s = *hit.session;
     const uint8_t orig = static_cast<uint8_t>(1 - hit.dir);  // the direction the quoted packet went
-    const FlowKey& was = s.key[orig];                         // ... and what it looked like before
+    const FlowKey& was = sessions_.cold(&s).key[orig];        // ... and what it looked like before
     const NatRewrite& back = s.rw[hit.dir];                   // how to reach its sender
 
     // Restore the quoted packet: addresses and ports as its sender wrote them.
@@ -453,9 +454,9 @@ uint32_t Nat::expire(uint64_t now_ms, uint32_t budget) {
     // Each session looked at may expire and be logged: no more than the log has room for, so no
     // close is lost to a long sweep (the rest waits for the next poll, after the log is flushed).
     if (log_events_) budget = std::min(budget, kEventLog - events_len_);
-    const uint32_t n = sessions_.sweep(now_ms, budget, [this](Session& s) {
+    const uint32_t n = sessions_.sweep(now_ms, budget, [this](Session& s, const SessionCold& c) {
         log_event(s, SessionEvent::closed);
-        pools_[s.alloc_pool][static_cast<int>(l4_of(s.key[0].proto))].give(s.alloc_port);
+        pools_[c.alloc_pool][static_cast<int>(l4_of(c.key[0].proto))].give(c.alloc_port);
     });
     counters_.sessions_expired.add(n);
     return n;

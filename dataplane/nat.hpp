@@ -172,7 +172,8 @@ public:
     std::span<const SessionEvent> events() const { return {events_, events_len_}; }
     void clear_events() { events_len_ = 0; }
     void events_lost(uint32_t n) { counters_.session_events_lost.add(n); }
-    static SessionEvent event_of(const Session& s, SessionEvent::Type type);
+    static SessionEvent event_of(const Session& s, const SessionCold& c, SessionEvent::Type type);
+    static SessionEvent event_of(const SessionInfo& s, SessionEvent::Type type) { return event_of(s, s, type); }
 
     const NatCounters& counters() const { return counters_; }
     const SessionTable& sessions() const { return sessions_; }
@@ -205,7 +206,7 @@ private:
     void log_event(const Session& s, SessionEvent::Type type) {
         if (!log_events_) return;
         if (events_len_ == kEventLog) return counters_.session_events_lost.add();
-        events_[events_len_++] = event_of(s, type);
+        events_[events_len_++] = event_of(s, sessions_.cold(&s), type);
     }
     int port_index(bool external) const;
 

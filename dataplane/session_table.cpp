@@ -43,6 +43,7 @@ SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed) : seed_(seed) {
     if (max_sessions > kMaxSessions) throw std::invalid_argument("session table: max_sessions above 16M");
     static_assert((uint64_t{kMaxSessions} << 1) <= (uint64_t{1} << kProtoShift), "a slot's reference holds every session");
     pool_ = FixedArray<Session>(max_sessions);
+    cold_ = FixedArray<SessionCold>(max_sessions);
     free_.resize(max_sessions);
     // Popped from the back: hand out index 0 first so a fresh table fills in pool order.
     for (uint32_t i = 0; i < max_sessions; ++i) free_[i] = max_sessions - 1 - i;
@@ -94,9 +95,11 @@ Session* SessionTable::insert(const FlowKey& forward, const FlowKey& reverse) {
     if (free_.empty() || forward == reverse || forward.proto > kMaxProto || reverse.proto > kMaxProto) return nullptr;
     const uint32_t idx = free_.back();
     Session& s = pool_[idx];
+    SessionCold& c = cold_[idx];
     s = Session{};
-    s.key[0] = forward;
-    s.key[1] = reverse;
+    c = SessionCold{};
+    c.key[0] = forward;
+    c.key[1] = reverse;
     // index() refuses a key already present; undo the first key if the second is refused. Removing
     // the entry just added puts every other slot back where it was (nothing probed past it).
     if (index(forward, idx << 1)) {
@@ -108,7 +111,7 @@ Session* SessionTable::insert(const FlowKey& forward, const FlowKey& reverse) {
         }
         unindex(forward);
     }
-    s = Session{};
+    c = SessionCold{};
     return nullptr;
 }
 
@@ -117,10 +120,12 @@ void SessionTable::erase(Session* s) {
     if (std::less<const Session*>{}(s, pool_.data()) ||
         !std::less<const Session*>{}(s, pool_.data() + pool_.size()) || !s->in_use)
         return;
-    unindex(s->key[0]);
-    unindex(s->key[1]);
+    const auto idx = static_cast<uint32_t>(s - pool_.data());
+    unindex(cold_[idx].key[0]);
+    unindex(cold_[idx].key[1]);
     *s = Session{};
-    free_.push_back(static_cast<uint32_t>(s - pool_.data()));
+    cold_[idx] = SessionCold{};
+    free_.push_back(idx);
     --used_;
 }
 

@@ -47,8 +47,10 @@ struct NatRewrite {
 // One cache line holds everything a packet of either direction reads or writes once its key has
 // matched in the index (which keeps its own copy of the key): both rewrites (the other direction's
 // out_port is the port a packet must arrive on; each remembers its next hop's neighbour entry, so
-// the MAC is found without a lookup), the idle clock and the TCP state. The second line
-// holds what only creation, expiry and listings need.
+// the MAC is found without a lookup), the idle clock and the TCP state. What only creation, expiry
+// and listings need is a SessionCold in an array of its own (SessionTable::cold()): with the two in
+// one 128-byte record, the hot lines of a table's sessions lay a line apart, and the CPU's
+// adjacent-line prefetch brought the cold line in beside every hot one a lookup reached.
 struct alignas(64) Session {
     NatRewrite rw[2];    // applied to packets matching key[0] / key[1]
     uint64_t last_seen_ms = 0;
@@ -57,19 +59,26 @@ struct alignas(64) Session {
     bool tcp_rst = false;
     bool replied = false;     // a packet has come back (direction 1): the flow is established
     bool in_use = false;
-    // -- cold: creation, expiry, listings --
+};
+// A session's cold fields: creation, expiry, listings.
+struct SessionCold {
     FlowKey key[2];           // [0]: the direction that opened it; [1]: the replies
     uint16_t alloc_port = 0;  // the port this session took from a pool (network order), 0 if none
     uint8_t alloc_pool = 0;   // which pool it came from (the NAT's own numbering)
     uint8_t kind = 0;         // the NAT's own tag (import or export)
 };
+// Both parts of a session, copied out for a listing.
+struct SessionInfo : Session, SessionCold {
+    SessionInfo() = default;
+    SessionInfo(const Session& s, const SessionCold& c) : Session(s), SessionCold(c) {}
+};
 static_assert(sizeof(NatRewrite) == 24);
-static_assert(offsetof(Session, key) == 64, "the hot fields fill exactly the first cache line");
-static_assert(sizeof(Session) == 128);
+static_assert(sizeof(Session) == 64, "the hot fields fill exactly one cache line");
+static_assert(sizeof(SessionCold) == 36);
 
 // A fixed array of value-initialised T, allocated once. Large ones are 2 MB aligned and advised to
-// transparent huge pages before their first touch: a million sessions are 128 MB (and their index
-// 64 MB) that lookups reach at random, and 4 KB pages would add a TLB miss to most of them.
+// transparent huge pages before their first touch: a million sessions' hot lines are 64 MB (and their
+// index 64 MB) that lookups reach at random, and 4 KB pages would add a TLB miss to most of them.
 template <typename T>
 class FixedArray {
 public:
@@ -151,18 +160,24 @@ public:
         if (ref == kEmpty) return {};
         return {&pool_[session_of(ref)], static_cast<uint8_t>(ref & 1)};
     }
+    // A session's cold part (its keys, its pool port, the NAT's tag). `s` is one of this table's.
+    SessionCold& cold(const Session* s) { return cold_[static_cast<std::size_t>(s - pool_.data())]; }
+    const SessionCold& cold(const Session* s) const { return cold_[static_cast<std::size_t>(s - pool_.data())]; }
+
     // Makes a session indexed under both keys, with in_use set and everything else zeroed, or
     // returns null when the table is full or either key is already indexed (nothing changes then).
     Session* insert(const FlowKey& forward, const FlowKey& reverse);
     void erase(Session* s);
 
     // Looks at up to `budget` sessions from where the last sweep stopped, wrapping around; each
-    // whose last_seen_ms + timeout_ms <= now_ms is passed to on_expire(Session&) and then erased.
+    // whose last_seen_ms + timeout_ms <= now_ms is passed to on_expire(Session&, const SessionCold&)
+    // and then erased.
     // Returns how many expired.
     template <typename OnExpire>
     uint32_t sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_expire);
 
-    // Visits sessions in pool order from index `from`, until visit returns false or the pool ends.
+    // Visits sessions in pool order from index `from` (visit(const Session&, const SessionCold&)),
+    // until visit returns false or the pool ends.
     // Returns the index to continue from (capacity() when done).
     template <typename Visit>
     uint32_t visit(uint32_t from, Visit&& visit) const;
@@ -219,6 +234,7 @@ private:
     void unindex(const FlowKey& k);
 
     FixedArray<Session> pool_;
+    FixedArray<SessionCold> cold_;  // cold_[i]: pool_[i]'s
     std::vector<uint32_t> free_;  // stack of free pool indices
     FixedArray<Slot> slots_;      // open addressing, linear probing, backward-shift deletion
     uint32_t mask_ = 0;
@@ -246,7 +262,7 @@ uint32_t SessionTable::sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_exp
         Session& s = pool_[cursor_];
         cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1;
         if (s.in_use && s.last_seen_ms + s.timeout_ms <= now_ms) {
-            on_expire(s);
+            on_expire(s, static_cast<const SessionCold&>(cold(&s)));
             erase(&s);
             ++expired;
         }
@@ -257,7 +273,7 @@ uint32_t SessionTable::sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_exp
 template <typename Visit>
 uint32_t SessionTable::visit(uint32_t from, Visit&& visit) const {
     for (uint32_t i = from; i < capacity(); ++i)
-        if (pool_[i].in_use && !visit(pool_[i])) return i + 1;
+        if (pool_[i].in_use && !visit(pool_[i], cold_[i])) return i + 1;
     return capacity();
 }
 

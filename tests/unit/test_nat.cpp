@@ -777,8 +777,8 @@ struct SessionState {
 };
 std::vector<SessionState> session_states(const Nat& nat) {
     std::vector<SessionState> out;
-    nat.sessions().visit(0, [&](const Session& s) {
-        out.push_back({s.key[0], s.last_seen_ms, s.timeout_ms, s.tcp_fin, s.tcp_rst, s.replied});
+    nat.sessions().visit(0, [&](const Session& s, const SessionCold& c) {
+        out.push_back({c.key[0], s.last_seen_ms, s.timeout_ms, s.tcp_fin, s.tcp_rst, s.replied});
         return true;
     });
     return out;
