@@ -32,6 +32,8 @@ cleanup() {
     rm -rf "$WORK" /var/run/dpdk/fgbench-tp /var/run/dpdk/fgbench-fg
 }
 trap cleanup EXIT
+# shellcheck source=tests/bench/testpmd_rate.sh
+source "$(dirname "$0")/testpmd_rate.sh"
 
 "$BUILD/tests/fedgate_bench_pcap" "$WORK/echo.pcap" 198.18.1.1 1024
 RX_VDEV="net_pcap0,rx_pcap=$WORK/echo.pcap,infinite_rx=1"
@@ -42,7 +44,7 @@ EAL_COMMON=(-l 0,1 --no-huge --no-shconf -m 512 --no-pci --log-level lib.eal:err
 # Line-buffered, so the wait below sees the first stats block when it is printed.
 stdbuf -oL dpdk-testpmd "${EAL_COMMON[@]}" --file-prefix fgbench-tp --vdev "$RX_VDEV" --vdev "$NULL_VDEV" -- \
     --forward-mode=icmpecho --port-topology=loop --auto-start --stats-period 1 --total-num-mbufs=16384 \
-    --no-mlockall >"$WORK/testpmd.log" 2>&1 &
+    --no-mlockall > >(testpmd_stamp >"$WORK/testpmd.log") 2>&1 &
 PIDS+=($!)
 # Its start-up takes seconds on a busy machine: time from the first stats block, as nat_bench.sh does.
 for _ in $(seq 600); do
@@ -51,14 +53,18 @@ for _ in $(seq 600); do
     sleep 0.1
 done
 sleep "$SECS"
+# On a loaded machine testpmd's stats period stretches: wait for the four blocks the rate needs.
+for _ in $(seq 300); do
+    (($(testpmd_blocks "$WORK/testpmd.log" 0) >= 4)) && break
+    kill -0 "${PIDS[0]}" 2>/dev/null || break
+    sleep 0.1
+done
 kill -INT "${PIDS[0]}"
 wait "${PIDS[0]}" || true
 PIDS=()
-# testpmd prints port 0's cumulative TX-packets once a second: rate = growth over the periods after
-# the first two (warm-up), divided by their count.
-tp_pps=$(awk '/NIC statistics for port 0/ {p=1; next} /^ *#+$/ {p=0}
-              p && /TX-packets:/ {tx[n++] = $2} END {if (n > 3) printf "%d", (tx[n-1] - tx[2]) / (n - 3); else print 0}' \
-              "$WORK/testpmd.log")
+# Port 0's TX packets per second over the stamps' times (tests/bench/testpmd_rate.sh; before
+# 2026-12-05 this took a stats block's growth as a second's, and the blocks come every 2 s).
+tp_pps=$(testpmd_tx_rate "$WORK/testpmd.log" 0)
 
 # --- fedgated on the same vdevs, data plane on lcore 1, never sleeping ---
 cat >"$WORK/bench.toml" <<TOML

@@ -3,7 +3,8 @@
 # (nat_bench.sh, resolve_bench.sh): EAL memory on 2 MB hugepages where the machine gives them, as
 # a deployment runs, otherwise --no-huge. With 4 KB pages every mbuf sits on a page of its own and
 # each packet costs TLB misses that have nothing to do with the forwarder measured (cache hits:
-# 19.7 M/s on 4 KB pages, 25.5 M/s on hugepages; testpmd 5tswap 84 and 118 M packets/s).
+# 19.7 M/s on 4 KB pages, 25.5 M/s on hugepages; testpmd 5tswap about 42 and 59 M packets/s, half
+# the per-stats-block figures first reported: see testpmd_rate.sh).
 #
 #   bench_huge_init                 before anything else: no hugepages yet (HUGE_DIR empty)
 #   bench_huge_reserve DIR MB WHO   reserves MB of 2 MB pages, mounts hugetlbfs on DIR; on failure

@@ -81,6 +81,8 @@ stop_all() {
     PIDS=()
 }
 source "$(dirname "$0")/huge.sh"
+# shellcheck source=tests/bench/testpmd_rate.sh
+source "$(dirname "$0")/testpmd_rate.sh"
 bench_huge_init
 cleanup() {
     stop_all
@@ -182,10 +184,7 @@ run_testpmd() {
     stdbuf -oL dpdk-testpmd -l 0,1 $(eal_mem_args "$mb") --no-shconf --no-pci --log-level lib.eal:error \
         --file-prefix "$TP_PREFIX" --vdev "$RX_VDEV" --vdev "$NULL_VDEV" -- \
         --forward-mode="$mode" --nb-cores=1 --auto-start --stats-period 1 --total-num-mbufs="$MBUFS" \
-        --mbuf-size="$TP_MBUF_SIZE" --no-mlockall > >(taskset -c 0 python3 -uc '
-import sys, time
-for line in sys.stdin:
-    sys.stdout.write(f"{time.monotonic():.6f} {line}")' >"$WORK/testpmd-$mode.log") 2>&1 &
+        --mbuf-size="$TP_MBUF_SIZE" --no-mlockall > >(testpmd_stamp >"$WORK/testpmd-$mode.log") 2>&1 &
     PIDS+=($!)
     # Loading the file into mbufs takes a while for large N: time from the first stats block.
     for _ in $(seq 3000); do
@@ -196,18 +195,13 @@ for line in sys.stdin:
     sleep "$SECS"
     # On a loaded machine testpmd's 1 s stats period stretches: wait for the four blocks the rate needs.
     for _ in $(seq 300); do
-        (($(grep -cs 'NIC statistics for port 1' "$WORK/testpmd-$mode.log") >= 4)) && break
+        (($(testpmd_blocks "$WORK/testpmd-$mode.log" 1) >= 4)) && break
         kill -0 "${PIDS[0]}" 2>/dev/null || break
         sleep 0.1
     done
     stop_all
-    # testpmd prints port 1's cumulative TX-packets about once a second: rate = growth after the
-    # first two blocks (warm-up) over the time between their stamps.
     local pps
-    pps=$(awk '/NIC statistics for port 1/ {p=1; next} /^[0-9.]+ *#+$/ {p=0}
-               p && /TX-packets:/ {t[n] = $1; tx[n++] = $3}
-               END {if (n > 3 && t[n-1] > t[2]) printf "%d", (tx[n-1] - tx[2]) / (t[n-1] - t[2]); else print 0}' \
-               "$WORK/testpmd-$mode.log")
+    pps=$(testpmd_tx_rate "$WORK/testpmd-$mode.log" 1)
     if [[ $pps == 0 ]]; then
         echo "nat_bench: testpmd $mode measured nothing for N=$N; its log:" >&2
         grep -E "TX-packets|statistics for port|rror" "$WORK/testpmd-$mode.log" | head -20 >&2; tail -5 "$WORK/testpmd-$mode.log" >&2

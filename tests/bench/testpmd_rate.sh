@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# tests/bench/testpmd_rate.sh — sourced by the bench scripts that take dpdk-testpmd as the reference
+# (nat_bench.sh, resolve_bench.sh, echo_bench.sh): its packet rate from the stats it prints.
+#
+# testpmd's --stats-period 1 does not print once a second: its main loop sleeps one second and
+# prints when a whole period has passed by the EAL's timer, and where the EAL's estimate of the
+# timer's frequency is a little high (as in the VMs these benchmarks run on) a second's sleep falls
+# just short of it, so the blocks come every 2 seconds on an idle machine (later on a busy one). A rate
+# taken as one block's growth per second counted two seconds' packets as one: resolve_bench.sh and
+# echo_bench.sh did so before 2026-12-05 and reported their reference twice as fast as it was.
+# Here every line is stamped with the monotonic clock as it arrives, and the rate is the growth of
+# the cumulative TX-packets between two blocks over the time between their stamps.
+#
+#   testpmd_stamp               a filter (on CPU 0): stdin's lines, each prefixed "SECONDS "
+#   testpmd_blocks LOG PORT     how many stats blocks of port PORT the stamped LOG holds
+#   testpmd_tx_rate LOG PORT    port PORT's TX packets per second in the stamped LOG, from the third
+#                               block (the first two are warm-up) to the last; 0 with fewer than four
+#   testpmd_tx_per_block LOG PORT  the same growth per block instead of per second (what the
+#                               scripts reported before; printed beside the rate for comparison)
+
+testpmd_stamp() {
+    taskset -c 0 "${PY:-/usr/bin/python3}" -uc '
+import sys, time
+for line in sys.stdin:
+    sys.stdout.write(f"{time.monotonic():.6f} {line}")'
+}
+
+testpmd_blocks() { grep -cs "NIC statistics for port $2" "$1" || true; }
+
+# The TX-packets lines of port PORT's blocks as "STAMP COUNT".
+testpmd_tx_lines() {
+    awk -v port="NIC statistics for port $2" '$0 ~ port {p=1; next} /^[0-9.]+ *#+$/ {p=0}
+        p && /TX-packets:/ {print $1, $3}' "$1"
+}
+
+testpmd_tx_rate() {
+    testpmd_tx_lines "$1" "$2" | awk '{t[n] = $1; tx[n++] = $2}
+        END {if (n > 3 && t[n-1] > t[2]) printf "%d\n", (tx[n-1] - tx[2]) / (t[n-1] - t[2]); else print 0}'
+}
+
+testpmd_tx_per_block() {
+    testpmd_tx_lines "$1" "$2" | awk '{tx[n++] = $2} END {if (n > 3) printf "%d\n", (tx[n-1] - tx[2]) / (n - 3); else print 0}'
+}
