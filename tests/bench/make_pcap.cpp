@@ -37,9 +37,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: fedgate_bench_pcap OUT.pcap GATEWAY_IP COUNT\n"
     "         ICMP echo requests, e.g. fedgate_bench_pcap echo.pcap 198.18.1.1 1024\n"
-    "       fedgate_bench_pcap --tcp-flows OUT.pcap GATEWAY_IP PORT FLOWS [PORTS]\n"
+    "       fedgate_bench_pcap --tcp-flows OUT.pcap GATEWAY_IP PORT FLOWS [PORTS [PACKETS]]\n"
     "         one 64-byte TCP SYN per flow from 198.18.1.2..254 x source ports 1024.. to GATEWAY_IP:PORT,\n"
-    "         or, with PORTS, flow i to GATEWAY_IP:(PORT + i % PORTS) (one mapping per port),\n"
+    "         or, with PORTS, flow i to GATEWAY_IP:(PORT + i % PORTS) (one mapping per port); with\n"
+    "         PACKETS (at least FLOWS, at most 16M), that many packets, packet j of flow j % FLOWS,\n"
     "         e.g. fedgate_bench_pcap --tcp-flows nat.pcap 198.18.1.1 8080 65536\n"
     "       fedgate_bench_pcap --resolve REGISTER.pcap RESOLVE.pcap GATEWAY_IP PARTY RECORDS REQUESTS REQUESTER_NET\n"
     "         RECORDS registrations of PARTY.1.i and REQUESTS lookups of PARTY.1.(j % RECORDS), from\n"
@@ -50,6 +51,7 @@ constexpr uint32_t kNodes = 253;           // 198.18.1.2 .. 198.18.1.254
 constexpr uint32_t kFirstSport = 1024;
 constexpr uint32_t kSports = 65536 - kFirstSport;
 constexpr uint32_t kMaxFlows = kNodes * kSports;
+constexpr uint32_t kMaxPackets = 16u << 20;
 constexpr std::size_t kMinFrame = 60;      // Ethernet minimum without the FCS
 
 bool parse_uint(const char* s, uint64_t max, uint64_t* out) {
@@ -83,8 +85,8 @@ int echo_mode(const char* out, const char* gateway, const char* count_arg) {
 }
 
 int tcp_flow_mode(const char* out, const char* gateway, const char* port_arg, const char* flows_arg,
-                  const char* ports_arg) {
-    uint64_t port = 0, flows = 0, ports = 1;
+                  const char* ports_arg, const char* packets_arg) {
+    uint64_t port = 0, flows = 0, ports = 1, packets = 0;
     if (!parse_uint(port_arg, 65535, &port) || port < 1) {
         std::cerr << "fedgate_bench_pcap: PORT must be 1..65535\n";
         return 2;
@@ -98,6 +100,11 @@ int tcp_flow_mode(const char* out, const char* gateway, const char* port_arg, co
                   << kSports << " source ports)\n";
         return 2;
     }
+    packets = flows;
+    if (packets_arg != nullptr && (!parse_uint(packets_arg, kMaxPackets, &packets) || packets < flows)) {
+        std::cerr << "fedgate_bench_pcap: PACKETS must be " << flows << ".." << kMaxPackets << " (at least FLOWS)\n";
+        return 2;
+    }
     try {
         fedgate::test::ip(gateway);
     } catch (const std::exception&) {
@@ -106,11 +113,14 @@ int tcp_flow_mode(const char* out, const char* gateway, const char* port_arg, co
     }
     // Flow i: node 198.18.1.(2 + i % 253), source port 1024 + i / 253. Consecutive packets come
     // from different nodes, as they would from many busy hosts.
+    // Packet j is flow j % FLOWS's (its IP ID j's low bits), so the file's packets and its flows
+    // are counted apart: many stored packets over few flows, for the replay's share of the cost.
     std::vector<std::vector<uint8_t>> frames;
-    frames.reserve(flows);
+    frames.reserve(packets);
     std::string nodes[kNodes];
     for (uint32_t n = 0; n < kNodes; ++n) nodes[n] = "198.18.1." + std::to_string(2 + n);
-    for (uint64_t i = 0; i < flows; ++i) {
+    for (uint64_t j = 0; j < packets; ++j) {
+        const uint64_t i = j % flows;
         const uint32_t node = static_cast<uint32_t>(i % kNodes);
         const auto sport = static_cast<uint16_t>(kFirstSport + i / kNodes);
         // Each node its own unicast MAC; broadcast destination as in echo mode (both fedgated and
@@ -118,7 +128,7 @@ int tcp_flow_mode(const char* out, const char* gateway, const char* port_arg, co
         const fedgate::test::Mac src{0x02, 0, 0, 1, 0, static_cast<uint8_t>(2 + node)};
         std::vector<uint8_t> f = PacketBuilder()
                                      .eth(fedgate::test::kBroadcast, src)
-                                     .ipv4(nodes[node], gateway, 64, static_cast<uint16_t>(i))
+                                     .ipv4(nodes[node], gateway, 64, static_cast<uint16_t>(j))
                                      .tcp(sport, static_cast<uint16_t>(port + i % ports), 0x02 /* SYN */, static_cast<uint32_t>(1000 + i))
                                      .build();
         f.resize(kMinFrame, 0);  // Ethernet padding after the 40-byte IPv4 packet
@@ -213,8 +223,8 @@ int resolve_mode(char** a) {
 
 int main(int argc, char** argv) {
     if (argc == 9 && std::strcmp(argv[1], "--resolve") == 0) return resolve_mode(argv + 2);
-    if ((argc == 6 || argc == 7) && std::strcmp(argv[1], "--tcp-flows") == 0)
-        return tcp_flow_mode(argv[2], argv[3], argv[4], argv[5], argc == 7 ? argv[6] : nullptr);
+    if (argc >= 6 && argc <= 8 && std::strcmp(argv[1], "--tcp-flows") == 0)
+        return tcp_flow_mode(argv[2], argv[3], argv[4], argv[5], argc >= 7 ? argv[6] : nullptr, argc == 8 ? argv[7] : nullptr);
     if (argc == 4 && argv[1][0] != '-') return echo_mode(argv[1], argv[2], argv[3]);
     std::cerr << kUsage;
     return 2;

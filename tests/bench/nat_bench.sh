@@ -36,6 +36,10 @@
 #                                          count), one after another; with more than one, each round's
 #                                          rows and then the median ratio per flow count (this machine's
 #                                          figures move by a third between runs)
+#   NAT_BENCH_PACKETS=N                    packets in each pcap: at least the run's flow count (a
+#                                          smaller value, or none, gives one packet a flow), packet j of
+#                                          flow j % N; many stored packets over few flows set net_pcap's
+#                                          replay of its stored copies apart from the sessions' cost
 #   NAT_BENCH_FEDGATED=BUILD_DIR/controlplane/fedgated   the daemon measured: another build's binary
 #                                          (a copy kept from before a change), so that two builds are
 #                                          compared in runs alternated on the same machine; the table
@@ -52,7 +56,12 @@ else
     FLOWS=${NAT_BENCH_FLOWS:-1024 65536 1048576}
     HUGE=${NAT_BENCH_HUGE:-1}
     ROUNDS=${NAT_BENCH_ROUNDS:-1}
+    PACKETS=${NAT_BENCH_PACKETS:-0}
 fi
+PACKETS=${PACKETS:-0}
+[[ $PACKETS =~ ^[0-9]+$ ]] && ((PACKETS <= 16777216)) ||
+    { echo "nat_bench: NAT_BENCH_PACKETS must be 0..16777216, got '$PACKETS'" >&2; exit 2; }
+packets_for() { echo $(($1 > PACKETS ? $1 : PACKETS)); }
 [[ $ROUNDS =~ ^[0-9]+$ ]] && ((ROUNDS >= 1 && ROUNDS <= 20)) ||
     { echo "nat_bench: NAT_BENCH_ROUNDS must be 1..20, got '$ROUNDS'" >&2; exit 2; }
 TP_MBUF_SIZE=${NAT_BENCH_TP_MBUF_SIZE:-2176}
@@ -106,7 +115,7 @@ mappings_for() { local m=$(((2 * $1 + POOL_PORTS - 1) / POOL_PORTS)); echo $((m 
 # Hugepages for the largest run (testpmd and fedgated never run at once), if the machine gives them.
 if ((HUGE)); then
     MAX_N=$(tr ' ' '\n' <<<"$FLOWS" | sort -n | tail -1)
-    bench_huge_reserve "$WORK/huge" "$(eal_mb "$(mbuf_count "$MAX_N")" "$((TP_MBUF_SIZE > 2176 ? TP_MBUF_SIZE : 2176))" huge)" nat_bench
+    bench_huge_reserve "$WORK/huge" "$(eal_mb "$(mbuf_count "$(packets_for "$MAX_N")")" "$((TP_MBUF_SIZE > 2176 ? TP_MBUF_SIZE : 2176))" huge)" nat_bench
 fi
 [[ $FEDGATED == "$BUILD/controlplane/fedgated" ]] || MEMORY="$MEMORY; fedgated: $FEDGATED"
 echo "nat_bench: $MEMORY"
@@ -216,10 +225,11 @@ for ((round = 0; round < ROUNDS; round++)); do RUNS+=($FLOWS); done
 for N in "${RUNS[@]}"; do
     PCAP="$WORK/nat-$N.pcap"
     M=$(mappings_for "$N")
-    "$BUILD/tests/fedgate_bench_pcap" --tcp-flows "$PCAP" 198.18.1.1 "$MAPPED_PORT" "$N" "$M"
+    P=$(packets_for "$N")
+    "$BUILD/tests/fedgate_bench_pcap" --tcp-flows "$PCAP" 198.18.1.1 "$MAPPED_PORT" "$N" "$M" "$P"
     RX_VDEV="net_pcap0,rx_pcap=$PCAP,infinite_rx=1"
-    MBUFS=$(mbuf_count "$N")
-    echo "== N = $N flows, $M mapping(s): $MBUFS mbufs"
+    MBUFS=$(mbuf_count "$P")
+    echo "== N = $N flows, $M mapping(s), $P packets in the file: $MBUFS mbufs"
 
     # --- the references: testpmd io and 5tswap forwarding port 0 -> port 1 on lcore 1 ---
     run_testpmd io
@@ -320,12 +330,14 @@ PY
     RESULTS+=("$N $fg_pps $tp_io $tp_swap $tr_pps $rx_pps $drop_pps $sessions $M $newsess")
 done
 
-python3 - "$POOL_PORTS" "$TP_MBUF_SIZE" "$MEMORY" "${RESULTS[@]}" <<'PY'
+python3 - "$POOL_PORTS" "$TP_MBUF_SIZE" "$MEMORY" "$PACKETS" "${RESULTS[@]}" <<'PY'
 import sys
-pool, mbuf, memory = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-rows = [r.split() for r in sys.argv[4:]]
+pool, mbuf, memory, packets = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+rows = [r.split() for r in sys.argv[5:]]
 print()
 print(f"64-byte TCP SYNs, net_pcap infinite_rx -> net_null, lcore 1, {memory}; Mpps sent on port 1")
+if packets:
+    print(f"  each file holds at least {packets:,} packets (NAT_BENCH_PACKETS), packet j of flow j % flows")
 print(f"  io, 5tswap: dpdk-testpmd in that forwarding mode on the same vdevs in the same run (--mbuf-size {mbuf});")
 print("  ratios: fedgated / 5tswap and fedgated / io; translated, fg rx, fg drops: fedgated's nat.translated,")
 print("  port-0 rx_packets and dropped packets per second (Mpps); sessions: nat.sessions at the end;")
