@@ -5,10 +5,10 @@
 #    REGISTER messages (read once, net_pcap1) fills fedgated's directory; a pcap of REQUESTS RESOLVE
 #    messages for those records (net_pcap0, infinite_rx=1) is answered from the cache by the lcore,
 #    the replies leaving by a net_null port whose 16 requesters are static neighbours (no ARP).
-#    dpdk-testpmd --forward-mode=5tswap on the same net_pcap0 -> net_null0 is the reference: it
-#    sends every request straight back out with MACs, addresses and ports swapped (no lookup, no
-#    new reply of 122 bytes built). Both on lcore 1 for the same time; the figure is the ratio of
-#    packets sent per second.
+#    dpdk-testpmd on the same net_pcap0 -> net_null0 is the reference, in io mode (every request
+#    passed on untouched) and in 5tswap mode, the one the aim is set against (every request sent
+#    straight back out with MACs, addresses and ports swapped: no lookup, no new reply of 122 bytes
+#    built). All on lcore 1 for the same time; the figures are the ratios of packets sent per second.
 # 2. Miss latency across namespaces: a three-party lab (tools/lab.sh). C does not announce, so A's
 #    node resolving C's processes is a directed query A -> C; party-0 targets are broadcast (B has
 #    them, C says not here); B's processes are announced, so they are cache hits at A. Beside them:
@@ -33,7 +33,7 @@
 #                                                  ignored; checks each part produced its figures)
 #   RESOLVE_BENCH_RECORDS=1024      part 1: records registered
 #   RESOLVE_BENCH_REQUESTS=4096     part 1: resolve requests in the replayed pcap
-#   RESOLVE_BENCH_ROUNDS=1          part 1: runs of the pair (testpmd, then fedgated), 1..20; with
+#   RESOLVE_BENCH_ROUNDS=1          part 1: runs of the three (testpmd io, 5tswap, fedgated), 1..20; with
 #                                   more than one, each round's figures and then the medians (the
 #                                   reference alone moves by half between runs on a busy machine)
 #   RESOLVE_BENCH_FEDGATED=BUILD_DIR/controlplane/fedgated   part 1: the daemon measured (another
@@ -205,54 +205,69 @@ run_part1() {
     bench_huge_release
     ((ROUNDS > 1)) || return 0
     # The middle of the rounds: each round's pair ran minutes apart at most, the rounds over longer.
-    result "$("$PY" - "$WORK/part1-rounds.txt" <<'PY'
+    "$PY" - "$WORK/part1-rounds.txt" >"$WORK/part1-medians.txt" <<'PY'
 import sys
 from statistics import median
 rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
-ratios = sorted(fg / tp for fg, tp in rows if tp)
-print(f"part 1: median of {len(rows)} rounds: fedgated {median(fg for fg, _ in rows) / 1e6:.2f} M replies/s, "
-      f"testpmd 5tswap {median(tp for _, tp in rows) / 1e6:.2f} M pkts/s, ratio {median(ratios):.2f} "
-      f"(from {ratios[0]:.2f} to {ratios[-1]:.2f})" if ratios else "part 1: no round measured testpmd")
+ratios = sorted(fg / tp for fg, tp, _ in rows if tp)
+ratios_io = sorted(fg / io for fg, _, io in rows if io)
+print(f"part 1: median of {len(rows)} rounds: fedgated {median(fg for fg, _, _ in rows) / 1e6:.2f} M replies/s, "
+      f"testpmd 5tswap {median(tp for _, tp, _ in rows) / 1e6:.2f} M pkts/s, ratio {median(ratios):.2f} "
+      f"(from {ratios[0]:.2f} to {ratios[-1]:.2f})" if ratios else "part 1: no round measured testpmd 5tswap")
+print(f"part 1: median of {len(rows)} rounds: testpmd io {median(io for _, _, io in rows) / 1e6:.2f} M pkts/s, "
+      f"ratio {median(ratios_io):.2f} (from {ratios_io[0]:.2f} to {ratios_io[-1]:.2f})" if ratios_io
+      else "part 1: no round measured testpmd io")
 PY
-)"
+    while IFS= read -r line; do result "$line"; done <"$WORK/part1-medians.txt"
 }
 
-part1_round() {
-    local reg=$WORK/register.pcap res=$WORK/resolve.pcap mbufs tp_mb fg_mb tp_pps tp_pps_per_block cap up neigh i
-    local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
-    mbufs=$(mbuf_count "$REQUESTS")
-
-    # --- the reference: testpmd 5tswap, port 0 -> port 1, lcore 1 ---
+# part1_testpmd MODE RX_VDEV NULL_VDEV MBUFS: testpmd forwarding in MODE (io: untouched; 5tswap:
+# MACs, addresses and ports swapped) from the requests' net_pcap0 to net_null0 on lcore 1 for SECS;
+# sets TP_RATE to its packets per second on port 1 (0 when it measured nothing).
+part1_testpmd() {
+    local mode=$1 rx_vdev=$2 null_vdev=$3 mbufs=$4 tp_mb per_block log=$WORK/testpmd-$1.log
     tp_mb=$(eal_mb "$mbufs" 2176)
     # shellcheck disable=SC2046 # eal_mem_args is several words on purpose
     stdbuf -oL dpdk-testpmd -l 0,1 $(eal_mem_args "$tp_mb") --no-shconf --no-pci --log-level lib.eal:error \
         --file-prefix "$TP_PREFIX" --vdev "$rx_vdev" --vdev "$null_vdev" -- \
-        --forward-mode=5tswap --nb-cores=1 --auto-start --stats-period 1 --total-num-mbufs="$mbufs" \
-        --mbuf-size=2176 --no-mlockall > >(testpmd_stamp >"$WORK/testpmd.log") 2>&1 &
+        --forward-mode="$mode" --nb-cores=1 --auto-start --stats-period 1 --total-num-mbufs="$mbufs" \
+        --mbuf-size=2176 --no-mlockall > >(testpmd_stamp >"$log") 2>&1 &
     PIDS+=($!)
     for _ in $(seq 600); do
-        grep -q 'NIC statistics for port 1' "$WORK/testpmd.log" && break
+        grep -q 'NIC statistics for port 1' "$log" && break
         kill -0 "${PIDS[0]}" 2>/dev/null || break
         sleep 0.1
     done
     sleep "$SECS"
     # On a loaded machine testpmd's 1 s stats period stretches: wait for the four blocks the rate needs.
     for _ in $(seq 300); do
-        (($(testpmd_blocks "$WORK/testpmd.log" 1) >= 4)) && break
+        (($(testpmd_blocks "$log" 1) >= 4)) && break
         kill -0 "${PIDS[0]}" 2>/dev/null || break
         sleep 0.1
     done
     stop_all
     # Over the stamps' times (tests/bench/testpmd_rate.sh); beside it, the growth per stats block,
     # which the script took as a second's before 2026-12-05.
-    tp_pps=$(testpmd_tx_rate "$WORK/testpmd.log" 1)
-    tp_pps_per_block=$(testpmd_tx_per_block "$WORK/testpmd.log" 1)
-    echo "  testpmd: $tp_pps pkts/s over the stamps' times, $tp_pps_per_block per stats block"
-    if [[ $tp_pps == 0 ]]; then
-        echo "resolve_bench: testpmd measured nothing; its log:" >&2
-        tail -20 "$WORK/testpmd.log" >&2
+    TP_RATE=$(testpmd_tx_rate "$log" 1)
+    per_block=$(testpmd_tx_per_block "$log" 1)
+    echo "  testpmd $mode: $TP_RATE pkts/s over the stamps' times, $per_block per stats block"
+    if [[ $TP_RATE == 0 ]]; then
+        echo "resolve_bench: testpmd $mode measured nothing; its log:" >&2
+        tail -20 "$log" >&2
     fi
     rm -rf "/var/run/dpdk/$TP_PREFIX"
+}
+
+part1_round() {
+    local reg=$WORK/register.pcap res=$WORK/resolve.pcap mbufs fg_mb tp_pps tp_io cap up neigh i
+    local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
+    mbufs=$(mbuf_count "$REQUESTS")
+
+    # --- the references: testpmd io, then 5tswap, port 0 -> port 1, lcore 1 ---
+    part1_testpmd io "$rx_vdev" "$null_vdev" "$mbufs"
+    tp_io=$TP_RATE
+    part1_testpmd 5tswap "$rx_vdev" "$null_vdev" "$mbufs"
+    tp_pps=$TP_RATE
 
     # --- fedgated on the same vdevs: feed (the same net_pcap0), requesters (the same net_null0),
     # registrations (read once), external; data plane on lcore 1, never sleeping ---
@@ -345,11 +360,11 @@ TOML
     rm -rf "/var/run/dpdk/$FG_PREFIX"
 
     "$PY" - "$WORK/stats1.json" "$RECORDS" "$dir_local" "$filled_s" "$tp_pps" "$t0" "$h0" "$x0" "$q0" "$d0" \
-        "$t1" "$h1" "$x1" "$q1" "$d1" "$WORK/part1-rounds.txt" >"$WORK/part1.txt" <<'PY'
+        "$t1" "$h1" "$x1" "$q1" "$d1" "$WORK/part1-rounds.txt" "$tp_io" >"$WORK/part1.txt" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 records, local, filled = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-tp = int(sys.argv[5])
+tp, tp_io = int(sys.argv[5]), int(sys.argv[17])
 t0, h0, x0, q0, d0, t1, h1, x1, q1, d1 = (float(x) for x in sys.argv[6:16])
 dt = t1 - t0
 hits, replies, reqs, drops = (h1 - h0) / dt, (x1 - x0) / dt, (q1 - q0) / dt, (d1 - d0) / dt
@@ -359,10 +374,11 @@ print(f"RESULT part 1: directory {local}/{records} records (waited {filled} s); 
       f"registrations refused: {sum(v for k, v in res['directory'].items() if k.startswith('refused_'))}")
 print(f"RESULT part 1: fedgated cache hits/s {hits / 1e6:.2f} M, replies sent/s {replies / 1e6:.2f} M, "
       f"requests/s {reqs / 1e6:.2f} M, drops/s {drops / 1e6:.2f} M")
-print(f"RESULT part 1: dpdk-testpmd 5tswap pkts/s {tp / 1e6:.2f} M")
-print(f"RESULT part 1: ratio fedgated replies/testpmd {replies / tp:.2f}" if tp else "RESULT part 1: ratio: testpmd measured nothing")
+print(f"RESULT part 1: dpdk-testpmd 5tswap pkts/s {tp / 1e6:.2f} M, io pkts/s {tp_io / 1e6:.2f} M")
+print(f"RESULT part 1: ratio fedgated replies/testpmd 5tswap {replies / tp:.2f}" if tp else "RESULT part 1: ratio: testpmd 5tswap measured nothing")
+print(f"RESULT part 1: ratio fedgated replies/testpmd io {replies / tp_io:.2f}" if tp_io else "RESULT part 1: ratio: testpmd io measured nothing")
 with open(sys.argv[16], "a") as rounds:
-    rounds.write(f"{replies} {tp}\n")
+    rounds.write(f"{replies} {tp} {tp_io}\n")
 print(f"RESULT part 1: drops by reason (whole run): {reasons or 'none'}")
 rv = res["resolve"]
 print(f"  resolve counters: requests {rv['requests']} hits {rv['hits']} misses {rv['misses']} not_found {rv['not_found']} "
@@ -373,7 +389,8 @@ PY
     done <"$WORK/part1.txt"
     if ((SMOKE)); then
         ((dir_local == RECORDS)) || smoke_fail "part 1: the directory holds $dir_local of $RECORDS records"
-        ((tp_pps > 0)) || smoke_fail "part 1: testpmd sent nothing"
+        ((tp_pps > 0)) || smoke_fail "part 1: testpmd 5tswap sent nothing"
+        ((tp_io > 0)) || smoke_fail "part 1: testpmd io sent nothing"
         ((x1 > x0)) || smoke_fail "part 1: fedgated sent no replies"
     fi
 }
