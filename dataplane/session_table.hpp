@@ -259,10 +259,11 @@ uint32_t SessionTable::sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_exp
     uint32_t expired = 0;
     const uint32_t n = capacity();
     for (uint32_t i = 0; i < budget && i < n; ++i) {
-        Session& s = pool_[cursor_];
+        const uint32_t at = cursor_;
+        Session& s = pool_[at];
         cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1;
         if (s.in_use && s.last_seen_ms + s.timeout_ms <= now_ms) {
-            on_expire(s, static_cast<const SessionCold&>(cold(&s)));
+            on_expire(s, std::as_const(cold_[at]));
             erase(&s);
             ++expired;
         }
