@@ -47,18 +47,7 @@ stdbuf -oL dpdk-testpmd "${EAL_COMMON[@]}" --file-prefix fgbench-tp --vdev "$RX_
     --no-mlockall > >(testpmd_stamp >"$WORK/testpmd.log") 2>&1 &
 PIDS+=($!)
 # Its start-up takes seconds on a busy machine: time from the first stats block, as nat_bench.sh does.
-for _ in $(seq 600); do
-    grep -q 'NIC statistics for port 0' "$WORK/testpmd.log" && break
-    kill -0 "${PIDS[0]}" 2>/dev/null || break
-    sleep 0.1
-done
-sleep "$SECS"
-# On a loaded machine testpmd's stats period stretches: wait for the four blocks the rate needs.
-for _ in $(seq 300); do
-    (($(testpmd_blocks "$WORK/testpmd.log" 0) >= 4)) && break
-    kill -0 "${PIDS[0]}" 2>/dev/null || break
-    sleep 0.1
-done
+testpmd_run_window "$WORK/testpmd.log" 0 "${PIDS[0]}" "$SECS" 600
 kill -INT "${PIDS[0]}"
 wait "${PIDS[0]}" || true
 PIDS=()

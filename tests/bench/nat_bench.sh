@@ -196,18 +196,7 @@ run_testpmd() {
         --mbuf-size="$TP_MBUF_SIZE" --no-mlockall > >(testpmd_stamp >"$WORK/testpmd-$mode.log") 2>&1 &
     PIDS+=($!)
     # Loading the file into mbufs takes a while for large N: time from the first stats block.
-    for _ in $(seq 3000); do
-        grep -qs 'NIC statistics for port 1' "$WORK/testpmd-$mode.log" && break
-        kill -0 "${PIDS[0]}" 2>/dev/null || break
-        sleep 0.1
-    done
-    sleep "$SECS"
-    # On a loaded machine testpmd's 1 s stats period stretches: wait for the four blocks the rate needs.
-    for _ in $(seq 300); do
-        (($(testpmd_blocks "$WORK/testpmd-$mode.log" 1) >= 4)) && break
-        kill -0 "${PIDS[0]}" 2>/dev/null || break
-        sleep 0.1
-    done
+    testpmd_run_window "$WORK/testpmd-$mode.log" 1 "${PIDS[0]}" "$SECS" 3000
     stop_all
     local pps
     pps=$(testpmd_tx_rate "$WORK/testpmd-$mode.log" 1)

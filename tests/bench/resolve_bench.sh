@@ -233,18 +233,7 @@ part1_testpmd() {
         --forward-mode="$mode" --nb-cores=1 --auto-start --stats-period 1 --total-num-mbufs="$mbufs" \
         --mbuf-size=2176 --no-mlockall > >(testpmd_stamp >"$log") 2>&1 &
     PIDS+=($!)
-    for _ in $(seq 600); do
-        grep -q 'NIC statistics for port 1' "$log" && break
-        kill -0 "${PIDS[0]}" 2>/dev/null || break
-        sleep 0.1
-    done
-    sleep "$SECS"
-    # On a loaded machine testpmd's 1 s stats period stretches: wait for the four blocks the rate needs.
-    for _ in $(seq 300); do
-        (($(testpmd_blocks "$log" 1) >= 4)) && break
-        kill -0 "${PIDS[0]}" 2>/dev/null || break
-        sleep 0.1
-    done
+    testpmd_run_window "$log" 1 "${PIDS[0]}" "$SECS" 600
     stop_all
     # Over the stamps' times (tests/bench/testpmd_rate.sh); beside it, the growth per stats block,
     # which the script took as a second's before 2026-12-05.

@@ -13,6 +13,14 @@
 #
 #   testpmd_stamp               a filter (on CPU 0): stdin's lines, each prefixed "SECONDS "
 #   testpmd_blocks LOG PORT     how many stats blocks of port PORT the stamped LOG holds
+#   testpmd_await_blocks LOG PORT PID N TRIES
+#                               waits (TRIES x 0.1 s at most) until LOG holds N blocks of PORT or
+#                               testpmd (PID) has exited
+#   testpmd_run_window LOG PORT PID SECS START_TRIES
+#                               what each benchmark measures testpmd over: from its first block
+#                               (start-up, loading the file, may take START_TRIES x 0.1 s), SECS
+#                               seconds, then until the four blocks the rate needs are there (a
+#                               loaded machine stretches the period; 30 s at most)
 #   testpmd_tx_rate LOG PORT    port PORT's TX packets per second in the stamped LOG, from the third
 #                               block (the first two are warm-up) to the last; 0 with fewer than four
 #   testpmd_tx_per_block LOG PORT  the same growth per block instead of per second (what the
@@ -26,6 +34,21 @@ for line in sys.stdin:
 }
 
 testpmd_blocks() { grep -cs "NIC statistics for port $2" "$1" || true; }
+
+testpmd_await_blocks() {
+    local i
+    for ((i = 0; i < $5; i++)); do
+        (($(testpmd_blocks "$1" "$2") >= $4)) && return 0
+        kill -0 "$3" 2>/dev/null || return 0
+        sleep 0.1
+    done
+}
+
+testpmd_run_window() {
+    testpmd_await_blocks "$1" "$2" "$3" 1 "$5"
+    sleep "$4"
+    testpmd_await_blocks "$1" "$2" "$3" 4 300
+}
 
 # The TX-packets lines of port PORT's blocks as "STAMP COUNT".
 testpmd_tx_lines() {

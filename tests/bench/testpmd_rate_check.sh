@@ -2,8 +2,9 @@
 # tests/bench/testpmd_rate_check.sh — checks tests/bench/testpmd_rate.sh, the reference rate every
 # testpmd benchmark reports, on stamped logs written here (no testpmd, no root): blocks two seconds
 # apart give the counter's growth over two seconds, not per block; the first two blocks are
-# warm-up; fewer than four blocks give 0; only the asked port's blocks count; and the stamping
-# filter prefixes each line with a time that does not go back.
+# warm-up; fewer than four blocks give 0; only the asked port's blocks count; the waits end on
+# the blocks or on testpmd's exit; and the stamping filter prefixes each line with a time that
+# does not go back.
 # usage: testpmd_rate_check.sh            (a ctest: bench_testpmd_rate_check)
 set -euo pipefail
 # shellcheck source=tests/bench/testpmd_rate.sh
@@ -55,6 +56,13 @@ log=$WORK/short.log
 for i in 0 1 2; do block "100$i.000000" 1 $((10 * i)) >>"$log"; done
 expect "rate from three blocks" "$(testpmd_tx_rate "$log" 1)" 0
 expect "rate of a port with no blocks" "$(testpmd_tx_rate "$WORK/two-seconds.log" 2)" 0
+
+# The waits end on the blocks or on testpmd's exit, not on their bound: with a bound of hours, a
+# log that holds the blocks, or a process that has exited, returns at once (timeout: a hang fails).
+sleep 0 & gone=$!
+wait "$gone"
+expect "await with the blocks there" "$(timeout 60 bash -c "source '$(dirname "$0")/testpmd_rate.sh'; testpmd_await_blocks '$WORK/two-seconds.log' 1 $$ 6 100000 && echo returned")" returned
+expect "await after testpmd exited" "$(timeout 60 bash -c "source '$(dirname "$0")/testpmd_rate.sh'; testpmd_await_blocks '$WORK/short.log' 1 $gone 4 100000 && echo returned")" returned
 
 # The filter: every line stamped, stamps in order.
 printf 'a\nb b\nc\n' | testpmd_stamp >"$WORK/stamped"
