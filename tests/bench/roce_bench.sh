@@ -46,6 +46,8 @@ cleanup() {
     rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX"
 }
 trap cleanup EXIT
+# shellcheck source=tests/bench/testpmd_rate.sh
+source "$(dirname "$0")/testpmd_rate.sh"
 
 PACKETS=1024
 MBUFS=16383  # fedgate_bench_roce's pool; testpmd gets the same
@@ -63,11 +65,7 @@ for P in $PAYLOADS; do
         --forward-mode=io --nb-cores=1 --auto-start --stats-period 1 --total-num-mbufs="$MBUFS" \
         --no-mlockall >"$WORK/testpmd.log" 2>&1 &
     PIDS+=($!)
-    for _ in $(seq 600); do
-        grep -q 'NIC statistics for port 1' "$WORK/testpmd.log" && break
-        kill -0 "${PIDS[0]}" 2>/dev/null || break
-        sleep 0.1
-    done
+    testpmd_await_blocks "$WORK/testpmd.log" 1 "${PIDS[0]}" 1 600
     sleep $((SECS + 2))  # at least two prints after the first
     stop_all
     # testpmd's own Tx-pps of port 1 (over the time since its last print, which stretches beyond

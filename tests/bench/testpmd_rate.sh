@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # tests/bench/testpmd_rate.sh — sourced by the bench scripts that take dpdk-testpmd as the reference
-# (nat_bench.sh, resolve_bench.sh, echo_bench.sh): its packet rate from the stats it prints.
+# (nat_bench.sh, resolve_bench.sh, echo_bench.sh): its packet rate from the stats it prints, and the
+# waits for those stats (roce_bench.sh too, which takes testpmd's own Tx-pps instead).
 #
 # testpmd's --stats-period 1 does not print once a second: its main loop sleeps one second and
 # prints when a whole period has passed by the EAL's timer, and where the EAL's estimate of the
