@@ -34,7 +34,12 @@ for line in sys.stdin:
     sys.stdout.write(f"{time.monotonic():.6f} {line}")'
 }
 
-testpmd_blocks() { grep -cs "NIC statistics for port $2" "$1" || true; }
+# 0 too while LOG does not exist yet (grep prints nothing then).
+testpmd_blocks() {
+    local c
+    c=$(grep -cs "NIC statistics for port $2" "$1") || true
+    echo "${c:-0}"
+}
 
 testpmd_await_blocks() {
     local i
