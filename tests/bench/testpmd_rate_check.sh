@@ -56,6 +56,10 @@ log=$WORK/short.log
 for i in 0 1 2; do block "100$i.000000" 1 $((10 * i)) >>"$log"; done
 expect "rate from three blocks" "$(testpmd_tx_rate "$log" 1)" 0
 expect "rate of a port with no blocks" "$(testpmd_tx_rate "$WORK/two-seconds.log" 2)" 0
+# Before testpmd has written its log: a count of 0, and a wait that finds the file missing says
+# nothing on stderr (it once fed an empty count to the shell's arithmetic).
+expect "blocks in a log not written yet" "$(testpmd_blocks "$WORK/not-yet.log" 1)" 0
+expect "await on a log not written yet" "$(timeout 60 bash -c "source '$(dirname "$0")/testpmd_rate.sh'; testpmd_await_blocks '$WORK/not-yet.log' 1 $$ 1 3 2>&1; echo returned")" returned
 
 # The waits end on the blocks or on testpmd's exit, not on their bound: with a bound of hours, a
 # log that holds the blocks, or a process that has exited, returns at once (timeout: a hang fails).
