@@ -15,6 +15,13 @@ FAILS=0
 expect() { # expect WHAT GOT WANT
     if [[ $2 == "$3" ]]; then echo "ok: $1 = $2"; else echo "FAIL: $1 = '$2', expected '$3'" >&2; FAILS=$((FAILS + 1)); fi
 }
+# await LOG PORT PID N TRIES: testpmd_await_blocks in a shell of its own, its stderr with its
+# output, then "returned" if it returned 0; cut off after 60 s (a hang fails the check).
+await() {
+    # shellcheck disable=SC2016 # the inner shell expands them
+    timeout 60 bash -c 'source "$1"; shift; testpmd_await_blocks "$@" 2>&1 && echo returned' _ \
+        "$(dirname "$0")/testpmd_rate.sh" "$@"
+}
 
 # A log as testpmd prints it, stamped: port 0 and port 1 blocks at times T, TX-packets of port 1
 # growing by 100M a block (50M/s at a block every 2 s), port 0's by 7 a block.
@@ -59,14 +66,14 @@ expect "rate of a port with no blocks" "$(testpmd_tx_rate "$WORK/two-seconds.log
 # Before testpmd has written its log: a count of 0, and a wait that finds the file missing says
 # nothing on stderr (it once fed an empty count to the shell's arithmetic).
 expect "blocks in a log not written yet" "$(testpmd_blocks "$WORK/not-yet.log" 1)" 0
-expect "await on a log not written yet" "$(timeout 60 bash -c "source '$(dirname "$0")/testpmd_rate.sh'; testpmd_await_blocks '$WORK/not-yet.log' 1 $$ 1 3 2>&1; echo returned")" returned
+expect "await on a log not written yet" "$(await "$WORK/not-yet.log" 1 $$ 1 3)" returned
 
 # The waits end on the blocks or on testpmd's exit, not on their bound: with a bound of hours, a
 # log that holds the blocks, or a process that has exited, returns at once (timeout: a hang fails).
 sleep 0 & gone=$!
 wait "$gone"
-expect "await with the blocks there" "$(timeout 60 bash -c "source '$(dirname "$0")/testpmd_rate.sh'; testpmd_await_blocks '$WORK/two-seconds.log' 1 $$ 6 100000 && echo returned")" returned
-expect "await after testpmd exited" "$(timeout 60 bash -c "source '$(dirname "$0")/testpmd_rate.sh'; testpmd_await_blocks '$WORK/short.log' 1 $gone 4 100000 && echo returned")" returned
+expect "await with the blocks there" "$(await "$WORK/two-seconds.log" 1 $$ 6 100000)" returned
+expect "await after testpmd exited" "$(await "$WORK/short.log" 1 "$gone" 4 100000)" returned
 
 # The filter: every line stamped, stamps in order.
 printf 'a\nb b\nc\n' | testpmd_stamp >"$WORK/stamped"
