@@ -121,6 +121,8 @@ Environment:
   FEDGATE_TOPO_STATE    state root (absolute); else \$STATE; else $DEFAULT_STATE_ROOT
   FEDGATE_TOPO_WORKERS  data-plane workers of every gateway (default 1); above 1 the EAL
                         gets --lcores with the workers floating over all CPUs
+  FEDGATE_TOPO_FLOAT    1: with one worker too, each gateway's data-plane lcore floats over
+                        all CPUs (--lcores) instead of the placement below (default 0)
 
 Gateway configs: A (alpha) runs EAL with -l 0,1 (data plane on worker lcore
 1), B (beta) and C (gamma) with -l 1 (data plane on the main lcore); file
@@ -153,6 +155,8 @@ PREFIX=${FEDGATE_TOPO_PREFIX:-fg}
 PARTIES=${FEDGATE_TOPO_PARTIES:-2}
 WORKERS=${FEDGATE_TOPO_WORKERS:-1}
 [[ $WORKERS =~ ^([1-9]|1[0-6])$ ]] || { echo "topo.sh: FEDGATE_TOPO_WORKERS must be 1..16, not '$WORKERS'" >&2; exit 2; }
+FLOAT=${FEDGATE_TOPO_FLOAT:-0}
+[[ $FLOAT == 0 || $FLOAT == 1 ]] || { echo "topo.sh: FEDGATE_TOPO_FLOAT must be 0 or 1, not '$FLOAT'" >&2; exit 2; }
 PORTS=${FEDGATE_TOPO_PORTS:-af_packet}
 CMD=
 while (($#)); do
@@ -385,10 +389,15 @@ write_conf() {
     local tmp=$file.tmp.$$ lcores mbufs=
     # Several workers: each its own lcore, all of them free to run on any CPU (a 2-CPU machine runs
     # two gateways with two workers each).
-    if ((WORKERS == 1)); then
+    # One worker floating (FEDGATE_TOPO_FLOAT): the same lcores as pinned (A: control on lcore 0,
+    # the data plane on lcore 1; B, C: the data plane on the main lcore 1), lcore 1 on any CPU.
+    local cpus="0-$(($(nproc) - 1))"
+    if ((WORKERS == 1 && FLOAT)); then
+        if [[ $core == *,* ]]; then lcores="\"--lcores\", \"0@0,1@($cpus)\""; else lcores="\"--lcores\", \"1@($cpus)\""; fi
+    elif ((WORKERS == 1)); then
         lcores="\"-l\", \"$core\""
     else
-        lcores="\"--lcores\", \"0@0,(1-$WORKERS)@(0-$(($(nproc) - 1)))\""
+        lcores="\"--lcores\", \"0@0,(1-$WORKERS)@($cpus)\""
     fi
     local in_dev ext_dev
     in_dev=$(port_device 0 "$in_if") ext_dev=$(port_device 1 "$ext_if")

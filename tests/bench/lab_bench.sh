@@ -12,7 +12,7 @@
 #   - ping-pong: sockperf TCP ping-pong, 64-byte messages, round trip = 2 x sockperf's median
 #     latency (it reports half a round trip);
 #   - short connections per second: connect + close in a loop from python3 on node a to a
-#     listener on node b that accepts and closes;
+#     listener on node b that accepts and closes (one loop, or --cps-clients N loops at once);
 #   - idle CPU: each fedgated's CPU time (utime + stime from /proc/PID/stat) over a quiet
 #     stretch after the traffic, as ms of CPU per second.
 # Reported: a table of the figures and the ratios fedgate / kernel.
@@ -25,12 +25,19 @@
 #                                         receive work steered to the CPUs of MASK, hex as in
 #                                         rps_cpus; with --nodes-cpu 0 --kernel-rps 2 both kinds
 #                                         of gateway work on CPU 1 and the nodes on CPU 0)
+#                      [--float]         (fedgate: each gateway's data-plane lcore free to run
+#                                         on any CPU, FEDGATE_TOPO_FLOAT=1; by default both are
+#                                         on CPU 1, as tools/topo.sh places them)
+#                      [--cps-clients N] (N connect loops at once, each a process of its own;
+#                                         default 1: one connection at a time, which measures
+#                                         the round trip of a connection's set-up more than
+#                                         how many the gateways can make)
 #                                                           (root; about 2 minutes at 10 s)
 #        lab_bench.sh BUILD_DIR --smoke    (CI: a second or two each; checks it runs and reports)
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: lab_bench.sh BUILD_DIR [SECONDS] [--ports KINDS] | --smoke}")
 shift
-SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff YIELD_US= NODES_CPU= KERNEL_RPS=
+SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff YIELD_US= NODES_CPU= KERNEL_RPS= CPS_CLIENTS=1 FLOAT=0
 while (($#)); do
     case $1 in
         --smoke) SMOKE=1; shift ;;
@@ -39,6 +46,8 @@ while (($#)); do
         --yield-us) YIELD_US=${2:?--yield-us needs a number of microseconds}; shift 2 ;;
         --nodes-cpu) NODES_CPU=${2:?--nodes-cpu needs a CPU number}; shift 2 ;;
         --kernel-rps) KERNEL_RPS=${2:?--kernel-rps needs a CPU mask in hex}; shift 2 ;;
+        --float) FLOAT=1; shift ;;
+        --cps-clients) CPS_CLIENTS=${2:?--cps-clients needs a number of connect loops}; shift 2 ;;
         *) SECS=$1; shift ;;
     esac
 done
@@ -53,6 +62,8 @@ fi
     { echo "lab_bench: --nodes-cpu must be a CPU of this machine (0..$(($(nproc) - 1))), not '$NODES_CPU'" >&2; exit 2; }
 [[ -z $KERNEL_RPS || $KERNEL_RPS =~ ^[0-9a-fA-F]+$ ]] ||
     { echo "lab_bench: --kernel-rps must be a CPU mask in hex (2: CPU 1), not '$KERNEL_RPS'" >&2; exit 2; }
+[[ $CPS_CLIENTS =~ ^[0-9]+$ ]] && ((CPS_CLIENTS >= 1 && CPS_CLIENTS <= 64)) ||
+    { echo "lab_bench: --cps-clients must be a number of connect loops, 1..64, not '$CPS_CLIENTS'" >&2; exit 2; }
 [[ $SECS =~ ^[0-9]+$ ]] && ((SECS >= 1)) || { echo "lab_bench: SECONDS must be an integer >= 1" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "lab_bench: run as root (network namespaces)" >&2; exit 1; }
 for tool in iperf3 sockperf nft python3; do
@@ -63,6 +74,7 @@ if [[ $KINDS == *af_xdp* ]] && ! python3 -c 'import socket; socket.socket(44, so
     KINDS=${KINDS//af_xdp/}
 fi
 
+export FEDGATE_TOPO_FLOAT=$FLOAT  # tools/topo.sh writes the gateways' configs
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 LAB_BUILD=$BUILD
 LAB_PREFIX=fb$((RANDOM % 100))
@@ -153,6 +165,13 @@ fedgate_up() { # fedgate_up KIND
     LAB_PORTS=$1
     lab_up
     local m
+    # --float: what the figures are labelled with is what the gateways run with.
+    if ((FLOAT)); then
+        for m in "$A_CONF" "$B_CONF"; do
+            grep -q '^args = \["--lcores", "\(0@0,\)\?1@(0-' "$m" ||
+                { echo "lab_bench: --float, but $m does not float its data plane: $(grep '^args' "$m")" >&2; exit 1; }
+        done
+    fi
     for m in "$A_IPERF:$B_IPERF:$IPERF_PORT" "$A_SP:$B_SP:$SP_PORT" "$A_CPS:$B_CPS:$CPS_PORT"; do
         IFS=: read -r a b n <<<"$m"
         lab_ctl a map add import --cluster "b$a" --proto tcp --port "$a" --peer beta --peer-port "$b" >/dev/null
@@ -171,12 +190,20 @@ measure() {
     PIDS+=($!)
     ip netns exec "$NS_B_NODE" "${PIN[@]}" sockperf server --tcp -i "$B_NODE_IP" -p "$SP_PORT" >"$WORK/sp-server.log" 2>&1 &
     PIDS+=($!)
-    ip netns exec "$NS_B_NODE" "${PIN[@]}" python3 - "$B_NODE_IP" "$CPS_PORT" >/dev/null 2>&1 <<'PY' &
-import socket, sys
+    # As many accepting processes as connect loops (forked after listen(), all on the one socket,
+    # each gone with its parent), so the listener is not what a run of several loops measures.
+    ip netns exec "$NS_B_NODE" "${PIN[@]}" python3 - "$B_NODE_IP" "$CPS_PORT" "$CPS_CLIENTS" >/dev/null 2>&1 <<'PY' &
+import ctypes, os, signal, socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2])))
-s.listen(1024)
+s.listen(4096)
+for _ in range(int(sys.argv[3]) - 1):
+    if os.fork() == 0:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(0)
+        break
 while True:
     c, _ = s.accept()
     c.close()
@@ -195,16 +222,43 @@ PY
         >"$WORK/sp.log" 2>&1 || true
     RTT=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/sp.log" | awk '/percentile 50.000 =/ { printf "%.1f", 2 * $NF; found = 1 } END { if (!found) print 0 }')
 
-    CPS=$(ip netns exec "$NS_A_NODE" "${PIN[@]}" timeout $((SECS + 30)) python3 - "$A_IN_IP" "$A_CPS" "$SECS" <<'PY' || echo 0
-import socket, sys, time
-host, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-n, end = 0, time.perf_counter() + secs
+    CPS=$(ip netns exec "$NS_A_NODE" "${PIN[@]}" timeout $((SECS + 30)) python3 - "$A_IN_IP" "$A_CPS" "$SECS" "$CPS_CLIENTS" <<'PY' || echo 0
+import os, socket, sys, time
+host, port, secs, clients = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+# Each loop a process of its own (one interpreter each), started together; the count of all of
+# them over the time from the start to the last one's end.
 t0 = time.perf_counter()
-while time.perf_counter() < end:
-    s = socket.create_connection((host, port), timeout=5)
-    s.close()
-    n += 1
-print(f"{n / (time.perf_counter() - t0):.0f}")
+end = t0 + secs
+pipes = []
+for _ in range(clients):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        n = 0
+        try:
+            while time.perf_counter() < end:
+                s = socket.create_connection((host, port), timeout=5)
+                s.close()
+                n += 1
+        except OSError as e:
+            print(f"connect loop: {e}", file=sys.stderr)
+            n = -1
+        os.write(w, str(n).encode())
+        os._exit(0)
+    os.close(w)
+    pipes.append(r)
+counts = []
+for r in pipes:
+    counts.append(int(os.read(r, 64) or b"-1"))
+    os.close(r)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+if min(counts) < 0:
+    sys.exit(1)  # a loop failed (it said why): no figure
+print(f"{sum(counts) / (time.perf_counter() - t0):.0f}")
 PY
 )
     stop_pids
@@ -226,7 +280,7 @@ print(f"{(c1 - c0) / (t1 - t0) * 1000:.1f}")
 PY
 }
 
-echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}${NODES_CPU:+, node programs on CPU $NODES_CPU}${KERNEL_RPS:+, RPS on the kernel pair gateway veths to CPUs $KERNEL_RPS}, $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
+echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}${NODES_CPU:+, node programs on CPU $NODES_CPU}${KERNEL_RPS:+, RPS on the kernel pair gateway veths to CPUs $KERNEL_RPS}$( ((FLOAT)) && echo ", data planes floating"), $CPS_CLIENTS connect loop(s), $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
 kernel_pair_up
 measure kernel
 K_TPUT=$TPUT K_RTT=$RTT K_CPS=$CPS
