@@ -25,9 +25,10 @@
 #                                         receive work steered to the CPUs of MASK, hex as in
 #                                         rps_cpus; with --nodes-cpu 0 --kernel-rps 2 both kinds
 #                                         of gateway work on CPU 1 and the nodes on CPU 0)
-#                      [--float]         (fedgate: each gateway's data-plane lcore free to run
-#                                         on any CPU, FEDGATE_TOPO_FLOAT=1; by default both are
-#                                         on CPU 1, as tools/topo.sh places them)
+#                      [--gateway-cpus float|pinned] (fedgate's data-plane lcores: float, the
+#                                         default, free to run on any CPU as the kernel pair's
+#                                         forwarding is (FEDGATE_TOPO_FLOAT=1); pinned, both on
+#                                         CPU 1 as tools/topo.sh places them, sharing one CPU)
 #                      [--cps-clients N] (N connect loops at once, each a process of its own;
 #                                         default 1: one connection at a time, which measures
 #                                         the round trip of a connection's set-up more than
@@ -37,7 +38,7 @@
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: lab_bench.sh BUILD_DIR [SECONDS] [--ports KINDS] | --smoke}")
 shift
-SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff YIELD_US= NODES_CPU= KERNEL_RPS= CPS_CLIENTS=1 FLOAT=0
+SMOKE=0 SECS=10 IDLE_S=5 KINDS="af_packet af_xdp" IDLE=backoff YIELD_US= NODES_CPU= KERNEL_RPS= CPS_CLIENTS=1 GATEWAY_CPUS=float
 while (($#)); do
     case $1 in
         --smoke) SMOKE=1; shift ;;
@@ -46,7 +47,7 @@ while (($#)); do
         --yield-us) YIELD_US=${2:?--yield-us needs a number of microseconds}; shift 2 ;;
         --nodes-cpu) NODES_CPU=${2:?--nodes-cpu needs a CPU number}; shift 2 ;;
         --kernel-rps) KERNEL_RPS=${2:?--kernel-rps needs a CPU mask in hex}; shift 2 ;;
-        --float) FLOAT=1; shift ;;
+        --gateway-cpus) GATEWAY_CPUS=${2:?--gateway-cpus needs float or pinned}; shift 2 ;;
         --cps-clients) CPS_CLIENTS=${2:?--cps-clients needs a number of connect loops}; shift 2 ;;
         *) SECS=$1; shift ;;
     esac
@@ -62,6 +63,8 @@ fi
     { echo "lab_bench: --nodes-cpu must be a CPU of this machine (0..$(($(nproc) - 1))), not '$NODES_CPU'" >&2; exit 2; }
 [[ -z $KERNEL_RPS || $KERNEL_RPS =~ ^[0-9a-fA-F]+$ ]] ||
     { echo "lab_bench: --kernel-rps must be a CPU mask in hex (2: CPU 1), not '$KERNEL_RPS'" >&2; exit 2; }
+[[ $GATEWAY_CPUS == float || $GATEWAY_CPUS == pinned ]] ||
+    { echo "lab_bench: --gateway-cpus is float or pinned, not '$GATEWAY_CPUS'" >&2; exit 2; }
 [[ $CPS_CLIENTS =~ ^[0-9]+$ ]] && ((CPS_CLIENTS >= 1 && CPS_CLIENTS <= 64)) ||
     { echo "lab_bench: --cps-clients must be a number of connect loops, 1..64, not '$CPS_CLIENTS'" >&2; exit 2; }
 [[ $SECS =~ ^[0-9]+$ ]] && ((SECS >= 1)) || { echo "lab_bench: SECONDS must be an integer >= 1" >&2; exit 2; }
@@ -74,7 +77,8 @@ if [[ $KINDS == *af_xdp* ]] && ! python3 -c 'import socket; socket.socket(44, so
     KINDS=${KINDS//af_xdp/}
 fi
 
-export FEDGATE_TOPO_FLOAT=$FLOAT  # tools/topo.sh writes the gateways' configs
+# tools/topo.sh writes the gateways' configs.
+if [[ $GATEWAY_CPUS == float ]]; then export FEDGATE_TOPO_FLOAT=1; else export FEDGATE_TOPO_FLOAT=0; fi
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 LAB_BUILD=$BUILD
 LAB_PREFIX=fb$((RANDOM % 100))
@@ -165,13 +169,11 @@ fedgate_up() { # fedgate_up KIND
     LAB_PORTS=$1
     lab_up
     local m
-    # --float: what the figures are labelled with is what the gateways run with.
-    if ((FLOAT)); then
-        for m in "$A_CONF" "$B_CONF"; do
-            grep -q '^args = \["--lcores", "\(0@0,\)\?1@(0-' "$m" ||
-                { echo "lab_bench: --float, but $m does not float its data plane: $(grep '^args' "$m")" >&2; exit 1; }
-        done
-    fi
+    # What the figures are labelled with is what the gateways run with.
+    for m in "$A_CONF" "$B_CONF"; do
+        if grep -q '^args = \["--lcores", "\(0@0,\)\?1@(0-' "$m"; then [[ $GATEWAY_CPUS == float ]]; else [[ $GATEWAY_CPUS == pinned ]]; fi ||
+            { echo "lab_bench: --gateway-cpus $GATEWAY_CPUS, but $m has $(grep '^args' "$m")" >&2; exit 1; }
+    done
     for m in "$A_IPERF:$B_IPERF:$IPERF_PORT" "$A_SP:$B_SP:$SP_PORT" "$A_CPS:$B_CPS:$CPS_PORT"; do
         IFS=: read -r a b n <<<"$m"
         lab_ctl a map add import --cluster "b$a" --proto tcp --port "$a" --peer beta --peer-port "$b" >/dev/null
@@ -184,8 +186,12 @@ fedgate_down() { lab_down; }
 # Sets TPUT (Mbit/s), RTT (us), CPS (connections/s).
 measure() {
     local label=$1
-    # Node a may reuse TIME_WAIT ports for new connections, as both setups see the same churn.
+    # Node a may reuse TIME_WAIT ports for new connections, as both setups see the same churn, and
+    # has most of the port space for them: with the default 28K ports (half of them for connect()
+    # first) and a port reusable 1 s after its TIME_WAIT began, one loop stopped near 14K
+    # connections a second through either setup, whatever the gateways did.
     ip netns exec "$NS_A_NODE" sysctl -q -w net.ipv4.tcp_tw_reuse=1
+    ip netns exec "$NS_A_NODE" sysctl -q -w net.ipv4.ip_local_port_range="1024 65535"
     ip netns exec "$NS_B_NODE" "${PIN[@]}" iperf3 -s -B "$B_NODE_IP" -p "$IPERF_PORT" >/dev/null 2>&1 &
     PIDS+=($!)
     ip netns exec "$NS_B_NODE" "${PIN[@]}" sockperf server --tcp -i "$B_NODE_IP" -p "$SP_PORT" >"$WORK/sp-server.log" 2>&1 &
@@ -280,7 +286,7 @@ print(f"{(c1 - c0) / (t1 - t0) * 1000:.1f}")
 PY
 }
 
-echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}${NODES_CPU:+, node programs on CPU $NODES_CPU}${KERNEL_RPS:+, RPS on the kernel pair gateway veths to CPUs $KERNEL_RPS}$( ((FLOAT)) && echo ", data planes floating"), $CPS_CLIENTS connect loop(s), $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
+echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}${NODES_CPU:+, node programs on CPU $NODES_CPU}${KERNEL_RPS:+, RPS on the kernel pair gateway veths to CPUs $KERNEL_RPS}, fedgate data planes $GATEWAY_CPUS, $CPS_CLIENTS connect loop(s), $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
 kernel_pair_up
 measure kernel
 K_TPUT=$TPUT K_RTT=$RTT K_CPS=$CPS
