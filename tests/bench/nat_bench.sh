@@ -29,6 +29,8 @@
 #
 # usage: nat_bench.sh BUILD_DIR [SECONDS]     (root; about 3 x SECONDS + start-up per N)
 #        nat_bench.sh BUILD_DIR --smoke       (CI: 1024 flows, 5 s each, no hugepages; checks all forwarded)
+#        nat_bench.sh BUILD_DIR --smoke-paired (CI: the paired turns, 1024 flows, 2 rounds of 1 s slices,
+#                                               the build's fedgated as NAT_BENCH_FEDGATED_B too)
 #   NAT_BENCH_FLOWS="1024 65536 1048576"   flow counts
 #   NAT_BENCH_TP_MBUF_SIZE=2176            testpmd's --mbuf-size (fedgated's mbufs are 2176 bytes)
 #   NAT_BENCH_HUGE=1                       0: --no-huge even where hugepages could be reserved
@@ -44,19 +46,48 @@
 #                                          (a copy kept from before a change), so that two builds are
 #                                          compared in runs alternated on the same machine; the table
 #                                          names it when it is not the build directory's
+#   NAT_BENCH_PAIRED=0                     R > 0: paired turns instead of runs one after another
+#                                          (tests/bench/paired.py): testpmd io, testpmd 5tswap and
+#                                          fedgated all up at once, stopped (SIGSTOP) but for the one
+#                                          whose turn it is, each forwarding alone for a slice, R rounds
+#                                          of a slice each; the ratio is the median of the rounds' own
+#                                          ratios, each from slices seconds apart (on a shared VM the
+#                                          rates of runs a minute apart move by a third). SECONDS is
+#                                          not used then; no new-session rate is measured.
+#   NAT_BENCH_SLICE=2                      paired: seconds of one slice (1..30)
+#   NAT_BENCH_FEDGATED_B=PATH              paired: a second fedgated binary in the turns (another
+#                                          build's), so that two builds are compared slice by slice
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: nat_bench.sh BUILD_DIR [SECONDS] | --smoke}")
 SMOKE=0
 if [[ ${2:-} == --smoke ]]; then
     source "$(dirname "$0")/smoke.sh"
     bench_smoke_guard "$BUILD" "EAL"
-    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0 ROUNDS=1
+    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0 ROUNDS=1 PAIRED=0
+elif [[ ${2:-} == --smoke-paired ]]; then
+    source "$(dirname "$0")/smoke.sh"
+    bench_smoke_guard "$BUILD" "EAL"
+    # A second daemon (the same build) in the turns too, so that the comparison of builds is run.
+    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0 ROUNDS=1 PAIRED=2 SLICE=1 FEDGATED_B=$BUILD/controlplane/fedgated
 else
     SECS=${2:-10}
     FLOWS=${NAT_BENCH_FLOWS:-1024 65536 1048576}
     HUGE=${NAT_BENCH_HUGE:-1}
     ROUNDS=${NAT_BENCH_ROUNDS:-1}
     PACKETS=${NAT_BENCH_PACKETS:-0}
+    PAIRED=${NAT_BENCH_PAIRED:-0}
+    SLICE=${NAT_BENCH_SLICE:-2}
+    FEDGATED_B=${NAT_BENCH_FEDGATED_B:-}
+fi
+SLICE=${SLICE:-2}
+FEDGATED_B=${FEDGATED_B:-}
+[[ $PAIRED =~ ^[0-9]+$ ]] && ((PAIRED <= 100)) ||
+    { echo "nat_bench: NAT_BENCH_PAIRED must be 0..100 (rounds of paired slices; 0: runs one after another), got '$PAIRED'" >&2; exit 2; }
+[[ $SLICE =~ ^[0-9]+(\.[0-9]+)?$ ]] && python3 -c "import sys; sys.exit(not 0.5 <= float(sys.argv[1]) <= 30)" "$SLICE" ||
+    { echo "nat_bench: NAT_BENCH_SLICE must be 0.5..30 seconds, got '$SLICE'" >&2; exit 2; }
+if [[ -n $FEDGATED_B ]]; then
+    ((PAIRED > 0)) || { echo "nat_bench: NAT_BENCH_FEDGATED_B needs NAT_BENCH_PAIRED (the two builds take turns)" >&2; exit 2; }
+    [[ -x $FEDGATED_B ]] || { echo "nat_bench: NAT_BENCH_FEDGATED_B '$FEDGATED_B' is not an executable file" >&2; exit 2; }
 fi
 PACKETS=${PACKETS:-0}
 [[ $PACKETS =~ ^[0-9]+$ ]] && ((PACKETS <= 16777216)) ||
@@ -85,7 +116,8 @@ FG_PREFIX=fgnat-fg-$$
 PIDS=()
 stop_all() {
     local p
-    for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    # A daemon stopped for the paired turns takes its SIGINT once it is continued.
+    for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -INT "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     PIDS=()
 }
@@ -115,7 +147,10 @@ mappings_for() { local m=$(((2 * $1 + POOL_PORTS - 1) / POOL_PORTS)); echo $((m 
 # Hugepages for the largest run (testpmd and fedgated never run at once), if the machine gives them.
 if ((HUGE)); then
     MAX_N=$(tr ' ' '\n' <<<"$FLOWS" | sort -n | tail -1)
-    bench_huge_reserve "$WORK/huge" "$(eal_mb "$(mbuf_count "$(packets_for "$MAX_N")")" "$((TP_MBUF_SIZE > 2176 ? TP_MBUF_SIZE : 2176))" huge)" nat_bench
+    # Paired: both testpmds and every fedgated hold their pools at once.
+    HUGE_MB=$(eal_mb "$(mbuf_count "$(packets_for "$MAX_N")")" "$((TP_MBUF_SIZE > 2176 ? TP_MBUF_SIZE : 2176))" huge)
+    ((PAIRED == 0)) || HUGE_MB=$((HUGE_MB * (3 + (${#FEDGATED_B} > 0))))
+    bench_huge_reserve "$WORK/huge" "$HUGE_MB" nat_bench
 fi
 [[ $FEDGATED == "$BUILD/controlplane/fedgated" ]] || MEMORY="$MEMORY; fedgated: $FEDGATED"
 echo "nat_bench: $MEMORY"
@@ -208,46 +243,27 @@ run_testpmd() {
     TP_PPS=$pps
 }
 
-RESULTS=()
-RUNS=()
-for ((round = 0; round < ROUNDS; round++)); do RUNS+=($FLOWS); done
-for N in "${RUNS[@]}"; do
-    PCAP="$WORK/nat-$N.pcap"
-    M=$(mappings_for "$N")
-    P=$(packets_for "$N")
-    "$BUILD/tests/fedgate_bench_pcap" --tcp-flows "$PCAP" 198.18.1.1 "$MAPPED_PORT" "$N" "$M" "$P"
-    RX_VDEV="net_pcap0,rx_pcap=$PCAP,infinite_rx=1"
-    MBUFS=$(mbuf_count "$P")
-    echo "== N = $N flows, $M mapping(s), $P packets in the file: $MBUFS mbufs"
-
-    # --- the references: testpmd io and 5tswap forwarding port 0 -> port 1 on lcore 1 ---
-    run_testpmd io
-    tp_io=$TP_PPS
-    run_testpmd 5tswap
-    tp_swap=$TP_PPS
-    echo "   testpmd: io $tp_io pps, 5tswap $tp_swap pps"
-
-    # --- fedgated on the same vdevs, data plane on lcore 1, never sleeping ---
+# fedgated's configuration for the current N as $WORK/bench$1.toml ($1: "" or "-b", a second
+# daemon's), its socket $WORK/fedgated$1.sock, its data plane on lcore 1, never sleeping; $2 = 1: the
+# first mapping left out (the largest N's, added at run time for the new-session rate).
+fg_config() {
     FG_MBUFS=$MBUFS
     ((FG_MBUFS <= 4194304)) || FG_MBUFS=4194304
     FG_MB=$(eal_mb "$FG_MBUFS" 2176)
     MAX_SESSIONS=$((N < 1024 ? 1024 : N))
-    IMPORT=""
-    # The largest N's first mapping is added at run time (the new-session rate).
-    first=0
-    [[ $N == "$NEWSESS_N" ]] && first=1
-    for ((j = first; j < M; j++)); do
-        IMPORT+=$'[[import]]\ncluster = "bench"\nproto = "tcp"\nport = '"$((MAPPED_PORT + j))"$'\npeer = "beta"\npeer_port = '"$((9000 + j))"$'\n'
+    local import="" j
+    for ((j = $2; j < M; j++)); do
+        import+=$'[[import]]\ncluster = "bench"\nproto = "tcp"\nport = '"$((MAPPED_PORT + j))"$'\npeer = "beta"\npeer_port = '"$((9000 + j))"$'\n'
     done
-    rm -rf "$WORK/state"
-    cat >"$WORK/bench.toml" <<TOML
+    rm -rf "$WORK/state$1"
+    cat >"$WORK/bench$1.toml" <<TOML
 [gateway]
 party = "bench"
 party_id = 1
-socket = "$WORK/fedgated.sock"
-state_dir = "$WORK/state"
+socket = "$WORK/fedgated$1.sock"
+state_dir = "$WORK/state$1"
 [eal]
-args = ["-l", "0,1", $(eal_mem_args "$FG_MB" | sed 's/[^ ]*/"&",/g') "--no-shconf", "--no-pci", "--file-prefix", "$FG_PREFIX", "--log-level", "lib.eal:error"]
+args = ["-l", "0,1", $(eal_mem_args "$FG_MB" | sed 's/[^ ]*/"&",/g') "--no-shconf", "--no-pci", "--file-prefix", "$FG_PREFIX$1", "--log-level", "lib.eal:error"]
 [dataplane]
 idle = "spin"
 mbufs = $FG_MBUFS
@@ -274,19 +290,95 @@ party = "beta"
 party_id = 2
 address = "198.19.0.2"
 key = "6b1d3e8a2f4c7a9e0d5b8c1f3a6e9d2c4b7f0a3e6d9c2b5f8e1a4d7c0b3e6f92"
-$IMPORT
+$import
 TOML
-    "$FEDGATED" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
-    PIDS+=($!)
-    up=0
-    for _ in $(seq 3000); do
-        ctl status >/dev/null 2>&1 && { up=1; break; }
-        kill -0 "${PIDS[0]}" 2>/dev/null || break
+}
+
+# Starts the binary $1 on $WORK/bench$2.toml and waits until its socket answers: FG_PID its pid.
+# Fails (saying why, with its log) if it exits or does not answer in 300 s.
+fg_start() {
+    local i
+    "$1" --config "$WORK/bench$2.toml" >"$WORK/fedgated$2.log" 2>&1 &
+    FG_PID=$!
+    PIDS+=("$FG_PID")
+    for i in $(seq 3000); do
+        taskset -c 0 "$BUILD/tools/fedgatectl" --socket "$WORK/fedgated$2.sock" status >/dev/null 2>&1 && return 0
+        kill -0 "$FG_PID" 2>/dev/null || break
         sleep 0.1
     done
-    if ((up == 0)); then
-        echo "nat_bench: fedgated did not come up for N=$N; its log:" >&2
-        tail -20 "$WORK/fedgated.log" >&2
+    echo "nat_bench: fedgated ($1) did not come up for N=$N; its log:" >&2
+    tail -20 "$WORK/fedgated$2.log" >&2
+    return 1
+}
+
+# testpmd's command line in interactive mode for the paired turns (paired.py starts it), as JSON.
+tp_argv_json() {
+    local mode=$1 mb
+    mb=$(eal_mb "$MBUFS" "$TP_MBUF_SIZE")
+    # shellcheck disable=SC2046 # eal_mem_args is several words on purpose
+    python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' dpdk-testpmd -l 0,1 $(eal_mem_args "$mb") \
+        --no-shconf --no-pci --log-level lib.eal:error --file-prefix "$TP_PREFIX-$mode" --vdev "$RX_VDEV" \
+        --vdev "$NULL_VDEV" -- -i --forward-mode="$mode" --nb-cores=1 --total-num-mbufs="$MBUFS" \
+        --mbuf-size="$TP_MBUF_SIZE" --no-mlockall
+}
+
+# The paired turns for the current N (NAT_BENCH_PAIRED): every forwarder up, each stopped until its
+# turn; paired.py's summary in $WORK/paired-$N-$round.txt, nat.sessions of the first daemon after it.
+run_paired() {
+    local args=() out="$WORK/paired-$N-$1.txt"
+    fg_config "" 0
+    fg_start "$FEDGATED" "" || { stop_all; return 1; }
+    args+=(--fedgated fedgated "$FG_PID" "$WORK/fedgated.sock")
+    sleep 2  # its first pass over the file opens the sessions
+    kill -STOP "$FG_PID"
+    if [[ -n $FEDGATED_B ]]; then
+        fg_config "-b" 0
+        fg_start "$FEDGATED_B" "-b" || { stop_all; return 1; }
+        args+=(--fedgated fedgated_b "$FG_PID" "$WORK/fedgated-b.sock" --also-against fedgated)
+        sleep 2
+        kill -STOP "$FG_PID"
+    fi
+    if ! taskset -c 0 /usr/bin/python3 "$(dirname "$0")/paired.py" --rounds "$PAIRED" --seconds "$SLICE" \
+        --warmup 2 --port 1 --reference 5tswap --testpmd io "$(tp_argv_json io)" \
+        --testpmd 5tswap "$(tp_argv_json 5tswap)" "${args[@]}" >"$out"; then
+        stop_all
+        return 1
+    fi
+    sed 's/^/   /' "$out"
+    ctl stats --json | python3 -c 'import json, sys; print("sessions", json.load(sys.stdin)["nat"]["sessions"])' >>"$out"
+    stop_all
+    rm -rf "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$FG_PREFIX-b" "/var/run/dpdk/$TP_PREFIX-io" "/var/run/dpdk/$TP_PREFIX-5tswap"
+}
+
+RESULTS=()
+RUNS=()
+for ((round = 0; round < ROUNDS; round++)); do RUNS+=($FLOWS); done
+for run in "${!RUNS[@]}"; do
+    N=${RUNS[run]}
+    PCAP="$WORK/nat-$N.pcap"
+    M=$(mappings_for "$N")
+    P=$(packets_for "$N")
+    "$BUILD/tests/fedgate_bench_pcap" --tcp-flows "$PCAP" 198.18.1.1 "$MAPPED_PORT" "$N" "$M" "$P"
+    RX_VDEV="net_pcap0,rx_pcap=$PCAP,infinite_rx=1"
+    MBUFS=$(mbuf_count "$P")
+    echo "== N = $N flows, $M mapping(s), $P packets in the file: $MBUFS mbufs"
+    if ((PAIRED)); then
+        run_paired "$run" || echo "nat_bench: the paired turns failed for N=$N" >&2
+        continue
+    fi
+
+    # --- the references: testpmd io and 5tswap forwarding port 0 -> port 1 on lcore 1 ---
+    run_testpmd io
+    tp_io=$TP_PPS
+    run_testpmd 5tswap
+    tp_swap=$TP_PPS
+    echo "   testpmd: io $tp_io pps, 5tswap $tp_swap pps"
+
+    # --- fedgated on the same vdevs ---
+    first=0
+    [[ $N == "$NEWSESS_N" ]] && first=1
+    fg_config "" "$first"
+    if ! fg_start "$FEDGATED" ""; then
         stop_all
         RESULTS+=("$N 0 $tp_io $tp_swap 0 0 0 0 $M - - - - -")
         continue
@@ -318,6 +410,49 @@ print(f"   fedgated drops by reason (whole run): {reasons or 'none'}")
 PY
     RESULTS+=("$N $fg_pps $tp_io $tp_swap $tr_pps $rx_pps $drop_pps $sessions $M $newsess")
 done
+
+if ((PAIRED)); then
+    paired_ok=0
+    python3 - "$WORK" "$PAIRED" "$SLICE" "$MEMORY" "$FEDGATED_B" "${RUNS[@]}" <<'PY' || paired_ok=1
+import os, sys
+from statistics import median
+work, rounds, slice_s, memory, b = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] != ""
+print()
+print(f"64-byte TCP SYNs, net_pcap infinite_rx -> net_null, lcore 1, {memory}; Mpps sent on port 1;")
+print(f"  paired turns (tests/bench/paired.py): {rounds} rounds of a {slice_s} s slice each for testpmd io,")
+print("  testpmd 5tswap, fedgated" + (f" and fedgated_b ({sys.argv[5]})" if b else "") + ": all up at once, each stopped")
+print("  but in its turn; rates are the medians of the slices, ratios the medians of each round's own")
+print("  ratio (lowest-highest)")
+rows, ok = [], True
+for run, n in enumerate(sys.argv[6:]):
+    rate, ratio, sessions = {}, {}, "-"
+    path = f"{work}/paired-{n}-{run}.txt"
+    for line in open(path) if os.path.exists(path) else []:
+        w = line.split()
+        if w[0] == "rate": rate[w[1]] = int(w[2])
+        elif w[0] == "ratio" and w[3] != "-": ratio[(w[1], w[2])] = (float(w[3]), float(w[4]), float(w[5]))
+        elif w[0] == "sessions": sessions = w[1]
+    rows.append((n, rate, ratio, sessions))
+    ok = ok and all(rate.get(k, 0) > 0 for k in ("io", "5tswap", "fedgated") + (("fedgated_b",) if b else ()))
+two = any("fedgated_b" in r[1] for r in rows)
+print(f"{'flows':>9} {'fedgated':>9} {'5tswap':>7} {'io':>7} {'/5tswap (range)':>20} {'/io':>5}"
+      + (f" {'fedgated_b':>10} {'b/5tswap (range)':>20} {'b/fedgated (range)':>20}" if two else "") + f" {'sessions':>9}")
+def cell(r): return f"{r[0]:.2f} ({r[1]:.2f}-{r[2]:.2f})" if r else "-"
+for n, rate, ratio, sessions in rows:
+    line = (f"{n:>9} {rate.get('fedgated', 0) / 1e6:>9.2f} {rate.get('5tswap', 0) / 1e6:>7.2f} {rate.get('io', 0) / 1e6:>7.2f} "
+            f"{cell(ratio.get(('fedgated', '5tswap'))):>20} {rate.get('fedgated', 0) / rate['io'] if rate.get('io') else 0:>5.2f}")
+    if two:
+        line += (f" {rate.get('fedgated_b', 0) / 1e6:>10.2f} {cell(ratio.get(('fedgated_b', '5tswap'))):>20}"
+                 f" {cell(ratio.get(('fedgated_b', 'fedgated'))):>20}")
+    print(line + f" {sessions:>9}")
+sys.exit(0 if ok else 1)
+PY
+    if ((SMOKE)); then
+        ((paired_ok == 0)) || { echo "nat_bench: a forwarder of the paired turns forwarded nothing" >&2; exit 1; }
+        echo "nat_bench: smoke run complete"
+    fi
+    exit "$paired_ok"
+fi
 
 python3 - "$POOL_PORTS" "$TP_MBUF_SIZE" "$MEMORY" "$PACKETS" "${RESULTS[@]}" <<'PY'
 import sys
