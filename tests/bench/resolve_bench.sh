@@ -31,6 +31,7 @@
 # usage: resolve_bench.sh BUILD_DIR [SECONDS]     (root; about 4 minutes, at most ~10)
 #        resolve_bench.sh BUILD_DIR --smoke       (CI: every part at tiny sizes, the knobs below
 #                                                  ignored; checks each part produced its figures)
+#        resolve_bench.sh BUILD_DIR --smoke-paired (CI: part 1 alone in paired turns, 2 rounds of 1 s)
 #   RESOLVE_BENCH_RECORDS=1024      part 1: records registered
 #   RESOLVE_BENCH_REQUESTS=4096     part 1: resolve requests in the replayed pcap
 #   RESOLVE_BENCH_ROUNDS=1          part 1: runs of the three (testpmd io, 5tswap, fedgated), 1..20; with
@@ -38,6 +39,11 @@
 #                                   reference alone moves by half between runs on a busy machine)
 #   RESOLVE_BENCH_FEDGATED=BUILD_DIR/controlplane/fedgated   part 1: the daemon measured (another
 #                                   build's binary, to compare two builds in alternated runs)
+#   RESOLVE_BENCH_PAIRED=0          part 1: R > 0: paired turns (tests/bench/paired.py, as nat_bench.sh's
+#                                   NAT_BENCH_PAIRED): testpmd io, testpmd 5tswap and fedgated all up at
+#                                   once, each stopped but in its turn, R rounds of a slice each; the
+#                                   ratio is the median of the rounds' own (SECONDS and ROUNDS unused)
+#   RESOLVE_BENCH_SLICE=2           part 1, paired: seconds of one slice (0.5..30)
 #   RESOLVE_BENCH_HUGE=1            part 1: testpmd and fedgated on 2 MB hugepages, which the script
 #                                   reserves and gives back (tests/bench/huge.sh); 0, or a machine
 #                                   that cannot reserve them: --no-huge (the lines say which)
@@ -57,16 +63,20 @@
 #                                   with what got registered; the script says so)
 #   RESOLVE_BENCH_ANNOUNCE_LIMIT_S=150  part 3: longest wait for A to hold B's records
 set -euo pipefail
-BUILD=$(realpath "${1:?usage: resolve_bench.sh BUILD_DIR [SECONDS] | --smoke}")
+BUILD=$(realpath "${1:?usage: resolve_bench.sh BUILD_DIR [SECONDS] | --smoke | --smoke-paired}")
 # Part 2's lookups per kind and registrations per node, its pings; part 3's first step.
 LAT_N=1000 REG_N=2000 PING_N=200 GWPING_N=100 STEP_N=100000
 SMOKE=0
+if [[ ${2:-} == --smoke-paired ]]; then set -- "$1" --smoke paired; fi
 if [[ ${2:-} == --smoke ]]; then
     source "$(dirname "$0")/smoke.sh"
     bench_smoke_guard "$BUILD" "EAL, network namespaces"
     # Part 1: testpmd's rate needs four stats blocks, which come slower than one a second on a busy
     # machine; fedgated's, two seconds of warm-up and more.
     SMOKE=1 HUGE=0 SECS=8 RECORDS=16 REQUESTS=64 ROUNDS=1 FEDGATED=$BUILD/controlplane/fedgated BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
+    PAIRED=0 SLICE=1
+    # --smoke-paired: part 1 alone, in paired turns (2 rounds of 1 s slices).
+    if [[ ${3:-} == paired ]]; then PARTS="1" PAIRED=2; fi
     LAT_N=20 REG_N=20 PING_N=10 GWPING_N=10 STEP_N=1000
 else
     SECS=${2:-10}
@@ -81,6 +91,8 @@ else
     BIG_LIMIT_S=${RESOLVE_BENCH_REG_LIMIT_S:-150}
     ANNOUNCE_LIMIT_S=${RESOLVE_BENCH_ANNOUNCE_LIMIT_S:-150}
     GROUP_N=${RESOLVE_BENCH_GROUP_REGS:-2000}
+    PAIRED=${RESOLVE_BENCH_PAIRED:-0}
+    SLICE=${RESOLVE_BENCH_SLICE:-2}
 fi
 ETCD_MEMBERS=${RESOLVE_BENCH_ETCD_MEMBERS:-3}
 TXN_OPS=${RESOLVE_BENCH_TXN_OPS:-128}
@@ -110,6 +122,10 @@ uint_in SECONDS "$SECS" 3 3600
 uint_in RESOLVE_BENCH_RECORDS "$RECORDS" 1 1000000
 uint_in RESOLVE_BENCH_TXN_OPS "$TXN_OPS" 1 10000
 uint_in RESOLVE_BENCH_ROUNDS "$ROUNDS" 1 20
+uint_in RESOLVE_BENCH_PAIRED "$PAIRED" 0 100
+[[ $SLICE =~ ^[0-9]+(\.[0-9]+)?$ ]] && python3 -c "import sys; sys.exit(not 0.5 <= float(sys.argv[1]) <= 30)" "$SLICE" ||
+    { echo "resolve_bench: RESOLVE_BENCH_SLICE must be 0.5..30 seconds, got '$SLICE'" >&2; exit 2; }
+((PAIRED == 0)) || ROUNDS=1  # the paired turns are their own rounds
 [[ -x $FEDGATED && -f $FEDGATED ]] ||
     { echo "resolve_bench: RESOLVE_BENCH_FEDGATED '$FEDGATED' is not an executable file" >&2; exit 2; }
 uint_in RESOLVE_BENCH_REQUESTS "$REQUESTS" 1 1000000
@@ -152,7 +168,8 @@ bench_huge_init
 PIDS=()
 stop_all() {
     local p
-    for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    # A daemon stopped for the paired turns takes its SIGINT once it is continued.
+    for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -INT "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     PIDS=()
 }
@@ -162,7 +179,7 @@ cleanup() {
     if ((LAB_IS_UP)); then lab_down || true; fi
     etcd_down
     bench_huge_release
-    rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX"
+    rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$TP_PREFIX-io" "/var/run/dpdk/$TP_PREFIX-5tswap"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -193,8 +210,13 @@ run_part1() {
     local round
     local which="" && [[ $FEDGATED != "$BUILD/controlplane/fedgated" ]] && which=" (fedgated: $FEDGATED)"
     # testpmd and fedgated take turns, so one reservation serves both; given back before the lab.
-    if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(eal_mb "$(mbuf_count "$REQUESTS")" 2176 huge)" resolve_bench; fi
-    say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, ${SECS}s each, $ROUNDS round(s))$which"
+    # Paired: the two testpmds and fedgated hold their memory at once.
+    if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(($(eal_mb "$(mbuf_count "$REQUESTS")" 2176 huge) * (PAIRED ? 3 : 1)))" resolve_bench; fi
+    if ((PAIRED)); then
+        say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, paired turns: $PAIRED rounds of ${SLICE}s slices)$which"
+    else
+        say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, ${SECS}s each, $ROUNDS round(s))$which"
+    fi
     result "part 1: memory: $MEMORY"
     "$BUILD/tests/fedgate_bench_pcap" --resolve "$WORK/register.pcap" "$WORK/resolve.pcap" 198.18.1.1 1 "$RECORDS" "$REQUESTS" 198.18.9
     : >"$WORK/part1-rounds.txt"
@@ -247,16 +269,74 @@ part1_testpmd() {
     rm -rf "/var/run/dpdk/$TP_PREFIX"
 }
 
+# part1_paired RX_VDEV NULL_VDEV MBUFS FG_PID: the paired turns (tests/bench/paired.py) of fedgated
+# (up, its directory filled) with testpmd io and 5tswap started in interactive mode on the same vdevs;
+# fedgated's replies are the TX packets of its port 1 (requesters), testpmd's of its port 1 (net_null0).
+part1_paired() {
+    local rx_vdev=$1 null_vdev=$2 mbufs=$3 fg_pid=$4 tp_mb mode out=$WORK/part1-paired.txt
+    local -A argv
+    tp_mb=$(eal_mb "$mbufs" 2176)
+    for mode in io 5tswap; do
+        # shellcheck disable=SC2046 # eal_mem_args is several words on purpose
+        argv[$mode]=$("$PY" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' dpdk-testpmd -l 0,1 \
+            $(eal_mem_args "$tp_mb") --no-shconf --no-pci --log-level lib.eal:error --file-prefix "$TP_PREFIX-$mode" \
+            --vdev "$rx_vdev" --vdev "$null_vdev" -- -i --forward-mode="$mode" --nb-cores=1 \
+            --total-num-mbufs="$mbufs" --mbuf-size=2176 --no-mlockall)
+    done
+    sleep 2  # warm
+    kill -STOP "$fg_pid"
+    if ! taskset -c 0 "$PY" "$(dirname "$0")/paired.py" --rounds "$PAIRED" --seconds "$SLICE" --warmup 2 --port 1 \
+        --reference 5tswap --testpmd io "${argv[io]}" --testpmd 5tswap "${argv[5tswap]}" \
+        --fedgated fedgated "$fg_pid" "$WORK/fedgated.sock" >"$out"; then
+        stop_all
+        result "part 1: FAILED (the paired turns)"
+        smoke_fail "part 1: the paired turns failed"
+        return
+    fi
+    sed 's/^/  /' "$out"
+    ctl1 stats --json >"$WORK/stats1.json"
+    stop_all
+    rm -rf "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$TP_PREFIX-io" "/var/run/dpdk/$TP_PREFIX-5tswap"
+    "$PY" - "$out" "$WORK/stats1.json" "$PAIRED" "$SLICE" >"$WORK/part1.txt" <<'PY'
+import json, sys
+rate, ratio = {}, {}
+for line in open(sys.argv[1]):
+    w = line.split()
+    if w[0] == "rate": rate[w[1]] = (int(w[2]), int(w[3]), int(w[4]))
+    elif w[0] == "ratio" and w[3] != "-": ratio[w[1]] = tuple(float(x) for x in w[3:6])
+r = json.load(open(sys.argv[2]))
+reasons = {k: v for k, v in r["drops_by_reason"].items() if v}
+fg, sw, io = (rate.get(k, (0, 0, 0)) for k in ("fedgated", "5tswap", "io"))
+print(f"RESULT part 1: paired turns, {sys.argv[3]} rounds of {sys.argv[4]} s slices (medians, lowest-highest)")
+print(f"RESULT part 1: fedgated replies/s {fg[0] / 1e6:.2f} M ({fg[1] / 1e6:.2f}-{fg[2] / 1e6:.2f}); testpmd 5tswap pkts/s "
+      f"{sw[0] / 1e6:.2f} M ({sw[1] / 1e6:.2f}-{sw[2] / 1e6:.2f}); io {io[0] / 1e6:.2f} M")
+f = ratio.get("fedgated")
+print(f"RESULT part 1: ratio fedgated replies/testpmd 5tswap {f[0]:.2f} ({f[1]:.2f}-{f[2]:.2f}), paired" if f
+      else "RESULT part 1: ratio: nothing measured")
+print(f"RESULT part 1: ratio fedgated replies/testpmd io {fg[0] / io[0]:.2f} (of the medians)" if io[0] else
+      "RESULT part 1: ratio: testpmd io measured nothing")
+print(f"RESULT part 1: drops by reason (whole run): {reasons or 'none'}")
+print("OK" if fg[1] > 0 and sw[1] > 0 and io[1] > 0 else "EMPTY")
+PY
+    while IFS= read -r line; do
+        if [[ $line == "RESULT "* ]]; then result "${line#RESULT }"
+        elif [[ $line == EMPTY ]]; then smoke_fail "part 1: a forwarder of the paired turns sent nothing"
+        fi
+    done <"$WORK/part1.txt"
+}
+
 part1_round() {
     local reg=$WORK/register.pcap res=$WORK/resolve.pcap mbufs fg_mb tp_pps tp_io cap up neigh i
     local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
     mbufs=$(mbuf_count "$REQUESTS")
 
-    # --- the references: testpmd io, then 5tswap, port 0 -> port 1, lcore 1 ---
-    part1_testpmd io "$rx_vdev" "$null_vdev" "$mbufs"
-    tp_io=$TP_RATE
-    part1_testpmd 5tswap "$rx_vdev" "$null_vdev" "$mbufs"
-    tp_pps=$TP_RATE
+    # --- the references: testpmd io, then 5tswap, port 0 -> port 1, lcore 1 (paired: below) ---
+    if ((PAIRED == 0)); then
+        part1_testpmd io "$rx_vdev" "$null_vdev" "$mbufs"
+        tp_io=$TP_RATE
+        part1_testpmd 5tswap "$rx_vdev" "$null_vdev" "$mbufs"
+        tp_pps=$TP_RATE
+    fi
 
     # --- fedgated on the same vdevs: feed (the same net_pcap0), requesters (the same net_null0),
     # registrations (read once), external; data plane on lcore 1, never sleeping ---
@@ -338,6 +418,11 @@ TOML
     filled_s=$("$PY" -c "import time; print(f'{time.time() - $t_fill0:.1f}')")
     if ((dir_local != RECORDS)); then
         say "  WARNING: the directory holds $dir_local of $RECORDS records (registrations port read $reg_rx packets)"
+    fi
+    if ((PAIRED)); then
+        part1_paired "$rx_vdev" "$null_vdev" "$mbufs" "${PIDS[-1]}"
+        ((dir_local == RECORDS)) || ((SMOKE == 0)) || smoke_fail "part 1: the directory holds $dir_local of $RECORDS records"
+        return
     fi
     sleep 2  # the same warm-up testpmd's first two periods get
     local t0 h0 x0 q0 d0 t1 h1 x1 q1 d1
