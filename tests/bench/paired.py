@@ -4,9 +4,10 @@
 On a shared virtual machine the same forwarder's rate moves by a third or more from one run to the
 next (the host's other tenants, its clock), and a ratio of two runs a minute apart carries that
 noise. Here every forwarder is up at once, all but one stopped (SIGSTOP): each turn lets one run
-alone for a slice of SECONDS while it is sampled at both ends, then stops it and lets the next run;
-a round is one slice of each. A round's ratios compare slices taken seconds apart, and the figure
-is the median of the rounds' ratios (with the lowest and highest).
+alone for a slice of SECONDS while it is sampled at both ends, then stops it and lets the next run.
+A round is one slice of each, every other round in the reverse order (so that no forwarder always
+follows the same one); a round's ratios compare slices taken seconds apart, and the figure is the
+median of the rounds' ratios (with the lowest and highest).
 
 Forwarders:
   --testpmd NAME JSON_ARGV   dpdk-testpmd started here in interactive mode (JSON_ARGV its command,
@@ -152,7 +153,8 @@ def main():
             os.kill(t.pid, signal.SIGSTOP)  # the next starts alone
         rates = {f.name: [] for f in fwd}
         for rnd in range(-1 if a.warmup > 0 else 0, a.rounds):
-            for f in fwd:
+            # Every other round in the reverse order, so that no forwarder always follows the same one.
+            for f in (fwd if rnd % 2 == 0 else fwd[::-1]):
                 os.kill(f.pid, signal.SIGCONT)
                 if rnd < 0:
                     time.sleep(a.warmup)
