@@ -15,7 +15,7 @@ Forwarders:
   --fedgated NAME PID SOCKET a running fedgated (the caller started it and stopped it with SIGSTOP
                              once it was up), sampled over its management socket (`stats`: the
                              TX packets of port PORT)
-The first forwarder named by --reference is what the ratios are against.
+The forwarder --reference names is what the ratios are against (and --also-against's, where given).
 
 Output: a line per slice ("slice ROUND NAME PPS"), then "rate NAME MEDIAN_PPS MIN MAX" per forwarder
 and "ratio NAME REFERENCE MEDIAN MIN MAX" per other forwarder (and against --also-against's). Every forwarder started here is
