@@ -54,7 +54,7 @@
 #                                          ratios, each from slices seconds apart (on a shared VM the
 #                                          rates of runs a minute apart move by a third). SECONDS is
 #                                          not used then; no new-session rate is measured.
-#   NAT_BENCH_SLICE=2                      paired: seconds of one slice (1..30)
+#   NAT_BENCH_SLICE=2                      paired: seconds of one slice (0.5..30)
 #   NAT_BENCH_FEDGATED_B=PATH              paired: a second fedgated binary in the turns (another
 #                                          build's), so that two builds are compared slice by slice
 set -euo pipefail
@@ -144,10 +144,10 @@ NEWSESS_N=$(tr ' ' '\n' <<<"$FLOWS" | sort -n | tail -1)
 mbuf_count() { echo $(($1 + 32768)); }
 mappings_for() { local m=$(((2 * $1 + POOL_PORTS - 1) / POOL_PORTS)); echo $((m < 1 ? 1 : m)); }
 
-# Hugepages for the largest run (testpmd and fedgated never run at once), if the machine gives them.
+# Hugepages for the largest run, if the machine gives them: for one forwarder (testpmd and fedgated
+# take turns), or for all of them with the paired turns.
 if ((HUGE)); then
     MAX_N=$(tr ' ' '\n' <<<"$FLOWS" | sort -n | tail -1)
-    # Paired: both testpmds and every fedgated hold their pools at once.
     HUGE_MB=$(eal_mb "$(mbuf_count "$(packets_for "$MAX_N")")" "$((TP_MBUF_SIZE > 2176 ? TP_MBUF_SIZE : 2176))" huge)
     ((PAIRED == 0)) || HUGE_MB=$((HUGE_MB * (3 + (${#FEDGATED_B} > 0))))
     bench_huge_reserve "$WORK/huge" "$HUGE_MB" nat_bench
@@ -313,13 +313,8 @@ fg_start() {
 
 # testpmd's command line in interactive mode for the paired turns (paired.py starts it), as JSON.
 tp_argv_json() {
-    local mode=$1 mb
-    mb=$(eal_mb "$MBUFS" "$TP_MBUF_SIZE")
-    # shellcheck disable=SC2046 # eal_mem_args is several words on purpose
-    python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' dpdk-testpmd -l 0,1 $(eal_mem_args "$mb") \
-        --no-shconf --no-pci --log-level lib.eal:error --file-prefix "$TP_PREFIX-$mode" --vdev "$RX_VDEV" \
-        --vdev "$NULL_VDEV" -- -i --forward-mode="$mode" --nb-cores=1 --total-num-mbufs="$MBUFS" \
-        --mbuf-size="$TP_MBUF_SIZE" --no-mlockall
+    testpmd_interactive_argv "$1" "$(eal_mb "$MBUFS" "$TP_MBUF_SIZE")" "$TP_PREFIX-$1" "$RX_VDEV" "$NULL_VDEV" \
+        "$MBUFS" "$TP_MBUF_SIZE"
 }
 
 # The paired turns for the current N (NAT_BENCH_PAIRED): every forwarder up, each stopped until its

@@ -209,8 +209,8 @@ print(time.monotonic(), res["resolve"]["hits"], port["requesters"]["tx_packets"]
 run_part1() {
     local round
     local which="" && [[ $FEDGATED != "$BUILD/controlplane/fedgated" ]] && which=" (fedgated: $FEDGATED)"
-    # testpmd and fedgated take turns, so one reservation serves both; given back before the lab.
-    # Paired: the two testpmds and fedgated hold their memory at once.
+    # testpmd and fedgated take turns, so one reservation serves both (paired: the two testpmds and
+    # fedgated hold their memory at once, so three); given back before the lab.
     if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(($(eal_mb "$(mbuf_count "$REQUESTS")" 2176 huge) * (PAIRED ? 3 : 1)))" resolve_bench; fi
     if ((PAIRED)); then
         say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, paired turns: $PAIRED rounds of ${SLICE}s slices)$which"
@@ -277,11 +277,7 @@ part1_paired() {
     local -A argv
     tp_mb=$(eal_mb "$mbufs" 2176)
     for mode in io 5tswap; do
-        # shellcheck disable=SC2046 # eal_mem_args is several words on purpose
-        argv[$mode]=$("$PY" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' dpdk-testpmd -l 0,1 \
-            $(eal_mem_args "$tp_mb") --no-shconf --no-pci --log-level lib.eal:error --file-prefix "$TP_PREFIX-$mode" \
-            --vdev "$rx_vdev" --vdev "$null_vdev" -- -i --forward-mode="$mode" --nb-cores=1 \
-            --total-num-mbufs="$mbufs" --mbuf-size=2176 --no-mlockall)
+        argv[$mode]=$(testpmd_interactive_argv "$mode" "$tp_mb" "$TP_PREFIX-$mode" "$rx_vdev" "$null_vdev" "$mbufs" 2176)
     done
     sleep 2  # warm
     kill -STOP "$fg_pid"

@@ -27,6 +27,16 @@
 #   testpmd_tx_per_block LOG PORT  the same growth per block instead of per second (what the
 #                               scripts reported before; printed beside the rate for comparison)
 
+# testpmd_interactive_argv MODE MB PREFIX RX_VDEV NULL_VDEV MBUFS MBUF_SIZE
+#                               testpmd's command line in interactive mode (-i), forwarding in MODE
+#                               from RX_VDEV to NULL_VDEV on lcore 1, as JSON (paired.py starts it)
+testpmd_interactive_argv() {
+    # shellcheck disable=SC2046 # eal_mem_args is several words on purpose
+    "${PY:-/usr/bin/python3}" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' dpdk-testpmd -l 0,1 \
+        $(eal_mem_args "$2") --no-shconf --no-pci --log-level lib.eal:error --file-prefix "$3" --vdev "$4" \
+        --vdev "$5" -- -i --forward-mode="$1" --nb-cores=1 --total-num-mbufs="$6" --mbuf-size="$7" --no-mlockall
+}
+
 testpmd_stamp() {
     taskset -c 0 "${PY:-/usr/bin/python3}" -uc '
 import sys, time
