@@ -248,7 +248,7 @@ void read_gateway(const std::string& file, const toml::table& t, Config& c) {
 
 void read_dataplane(const std::string& file, const toml::table& t, DataplaneSettings& d) {
     TableReader r(file, t, "dataplane",
-                  {"workers", "idle", "idle_sleep_max_us", "idle_polls_before_sleep", "idle_yield_us", "mbufs", "neighbour_capacity",
+                  {"workers", "idle", "idle_sleep_max_us", "idle_polls_before_sleep", "idle_yield_us", "mbufs", "punt_ring", "neighbour_capacity",
                    "neighbour_reachable_s", "neighbour_stale_s", "arp_probe_interval_ms", "arp_probes"});
     if (auto idle = r.string("idle", false)) {
         if (*idle == "spin")
@@ -263,6 +263,9 @@ void read_dataplane(const std::string& file, const toml::table& t, DataplaneSett
     r.uint("idle_polls_before_sleep", d.idle_polls_before_sleep, 1, 1'000'000);
     r.uint("idle_yield_us", d.idle_yield_us, 0, 100'000);
     r.uint("mbufs", d.mbufs, 1023, 1 << 22);
+    r.uint("punt_ring", d.punt_ring, 256, 1 << 22);
+    if ((d.punt_ring & (d.punt_ring - 1)) != 0)
+        r.fail("punt_ring", std::to_string(d.punt_ring) + " is not a power of two (a DPDK ring's size): 4096, 65536, ...");
     r.uint("neighbour_capacity", d.neighbour_capacity, 16, 1 << 20);
     r.uint("neighbour_reachable_s", d.neighbour_reachable_s, 1, 86'400);
     r.uint("neighbour_stale_s", d.neighbour_stale_s, 1, 86'400);

@@ -14,6 +14,8 @@ namespace fedgate {
 inline constexpr const char* kDefaultSocket = "/run/fedgate/fedgated.sock";
 inline constexpr const char* kDefaultStateDir = "/var/lib/fedgate";
 inline constexpr uint32_t kDefaultMbufs = 8191;
+// Frames waiting for the control threads (registrations, handshakes, ...): a burst beyond it is dropped.
+inline constexpr uint32_t kDefaultPuntRing = 4096;
 inline constexpr uint32_t kDefaultIdleSleepMaxUs = 200;
 inline constexpr uint32_t kMaxWorkersCfg = 16;  // the data plane's kMaxWorkers
 inline constexpr uint32_t kDefaultIdlePollsBeforeSleep = 4;
@@ -119,6 +121,7 @@ struct DataplaneSettings {
     uint32_t idle_polls_before_sleep = kDefaultIdlePollsBeforeSleep;
     uint32_t idle_yield_us = kDefaultIdleYieldUs;
     uint32_t mbufs = kDefaultMbufs;
+    uint32_t punt_ring = kDefaultPuntRing;  // a power of two
     uint32_t neighbour_capacity = kDefaultNeighbourCapacity;
     uint32_t neighbour_reachable_s = kDefaultNeighbourReachableS;
     uint32_t neighbour_stale_s = kDefaultNeighbourStaleS;

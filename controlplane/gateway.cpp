@@ -50,7 +50,6 @@ namespace {
 
 constexpr unsigned kRingSize = 1024;
 // The punt ring takes bursts of registrations (a job starting thousands of processes at once).
-constexpr unsigned kPuntRingSize = 4096;
 constexpr unsigned kRequestRingSize = 64;
 constexpr unsigned kHandOffRingSize = 4096;
 static_assert(kMaxWorkersCfg == kMaxWorkers);
@@ -299,7 +298,7 @@ void Gateway::start() {
                                  " mbufs (dataplane.mbufs; EAL memory -m): " + rte_strerror(rte_errno));
     // Every worker punts and reports events (multi-producer); worker 0 alone takes injected packets.
     const unsigned one_producer = workers == 1 ? RING_F_SP_ENQ : 0;
-    punt_ = rte_ring_create("fg_punt", kPuntRingSize, socket, one_producer | RING_F_SC_DEQ);
+    punt_ = rte_ring_create("fg_punt", cfg_.dataplane.punt_ring, socket, one_producer | RING_F_SC_DEQ);
     inject_ = rte_ring_create("fg_inject", kRingSize, socket, RING_F_SC_DEQ);
     events_ = rte_ring_create_elem("fg_events", sizeof(ResolveEvent), kEventRingSize, socket, one_producer | RING_F_SC_DEQ);
     bool rings_ok = punt_ != nullptr && inject_ != nullptr && events_ != nullptr;

@@ -79,6 +79,7 @@ ConfigDiff diff_config(const Config& a, const Config& b) {
     r.field("dataplane", "idle_polls_before_sleep", da.idle_polls_before_sleep, db.idle_polls_before_sleep);
     r.field("dataplane", "idle_yield_us", da.idle_yield_us, db.idle_yield_us);
     r.field("dataplane", "mbufs", da.mbufs, db.mbufs);
+    r.field("dataplane", "punt_ring", da.punt_ring, db.punt_ring);
     r.field("dataplane", "neighbour_capacity", da.neighbour_capacity, db.neighbour_capacity);
     r.field("dataplane", "neighbour_reachable_s", da.neighbour_reachable_s, db.neighbour_reachable_s);
     r.field("dataplane", "neighbour_stale_s", da.neighbour_stale_s, db.neighbour_stale_s);

@@ -32,7 +32,8 @@
 #        resolve_bench.sh BUILD_DIR --smoke       (CI: every part at tiny sizes, the knobs below
 #                                                  ignored; checks each part produced its figures)
 #        resolve_bench.sh BUILD_DIR --smoke-paired (CI: part 1 alone in paired turns, 2 rounds of 1 s)
-#   RESOLVE_BENCH_RECORDS=1024      part 1: records registered
+#   RESOLVE_BENCH_RECORDS=1024      part 1: records registered (from 4096 up, fedgated's [dataplane]
+#                                   punt_ring is set above it: the registrations are read at once)
 #   RESOLVE_BENCH_REQUESTS=4096     part 1: resolve requests in the replayed pcap
 #   RESOLVE_BENCH_ROUNDS=1          part 1: runs of the three (testpmd io, 5tswap, fedgated), 1..20; with
 #                                   more than one, each round's figures and then the medians (the
@@ -72,8 +73,10 @@ if [[ ${2:-} == --smoke ]]; then
     source "$(dirname "$0")/smoke.sh"
     bench_smoke_guard "$BUILD" "EAL, network namespaces"
     # Part 1: testpmd's rate needs four stats blocks, which come slower than one a second on a busy
-    # machine; fedgated's, two seconds of warm-up and more.
-    SMOKE=1 HUGE=0 SECS=8 RECORDS=16 REQUESTS=64 ROUNDS=1 FEDGATED=$BUILD/controlplane/fedgated BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
+    # machine; fedgated's, two seconds of warm-up and more. 6000 records: more registrations at once
+    # than the default punt ring (4096) holds, so every one reaches the directory only through the
+    # [dataplane] punt_ring the script sets (part 1 fails when the directory holds fewer).
+    SMOKE=1 HUGE=0 SECS=8 RECORDS=6000 REQUESTS=64 ROUNDS=1 FEDGATED=$BUILD/controlplane/fedgated BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
     PAIRED=0 SLICE=1
     # --smoke-paired: part 1 alone, in paired turns (2 rounds of 1 s slices).
     if [[ ${3:-} == paired ]]; then PARTS="1" PAIRED=2; fi
@@ -193,8 +196,18 @@ result() { echo "  $*"; SUMMARY+=("$*"); }  # a result line: printed now and aga
 # ================================================================================================
 # Part 1: cache hits on the data plane beside testpmd
 # ================================================================================================
-# As nat_bench.sh: net_pcap's infinite_rx keeps every packet of the file in an mbuf for the whole run.
+# As nat_bench.sh: net_pcap's infinite_rx keeps every packet of the file in an mbuf for the whole run;
+# and fedgated's registrations, read at once, wait in its punt ring (each in an mbuf) for the
+# control thread: part1_mbufs is the requests, the records and room for both to move.
 mbuf_count() { echo $(($1 + 32768)); }
+part1_mbufs() { mbuf_count $((REQUESTS + RECORDS)); }
+# fedgated's [dataplane] punt_ring for RECORDS registrations read at once: a power of two above them
+# (none below the default 4096, so that another build's binary without the key runs the default sizes).
+punt_ring_for() {
+    local n=4096
+    while ((n <= $1)); do n=$((n * 2)); done
+    echo "$n"
+}
 ctl1() { taskset -c 0 "$BUILD/tools/fedgatectl" --socket "$WORK/fedgated.sock" "$@"; }
 # One stats sample: "t hits requesters_tx requests drops local registrations_rx".
 sample1() {
@@ -211,7 +224,7 @@ run_part1() {
     local which="" && [[ $FEDGATED != "$BUILD/controlplane/fedgated" ]] && which=" (fedgated: $FEDGATED)"
     # testpmd and fedgated take turns, so one reservation serves both (paired: the two testpmds and
     # fedgated hold their memory at once, so three); given back before the lab.
-    if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(($(eal_mb "$(mbuf_count "$REQUESTS")" 2176 huge) * (PAIRED ? 3 : 1)))" resolve_bench; fi
+    if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(($(eal_mb "$(part1_mbufs)" 2176 huge) * (PAIRED ? 3 : 1)))" resolve_bench; fi
     if ((PAIRED)); then
         say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, paired turns: $PAIRED rounds of ${SLICE}s slices)$which"
     else
@@ -324,7 +337,7 @@ PY
 part1_round() {
     local reg=$WORK/register.pcap res=$WORK/resolve.pcap mbufs fg_mb tp_pps tp_io cap up neigh i
     local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
-    mbufs=$(mbuf_count "$REQUESTS")
+    mbufs=$(part1_mbufs)
 
     # --- the references: testpmd io, then 5tswap, port 0 -> port 1, lcore 1 (paired: below) ---
     if ((PAIRED == 0)); then
@@ -354,6 +367,7 @@ args = ["-l", "0,1", $(eal_mem_args "$fg_mb" | sed 's/[^ ]*/"&",/g') "--no-shcon
 [dataplane]
 idle = "spin"
 mbufs = $mbufs
+$( ((RECORDS < 4096)) || echo "punt_ring = $(punt_ring_for "$RECORDS")")
 [resolve]
 cache_capacity = $cap
 heartbeat_ms = 3600000

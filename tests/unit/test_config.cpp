@@ -39,6 +39,7 @@ idle_sleep_max_us = 150
 idle_polls_before_sleep = 64
 idle_yield_us = 40
 mbufs = 4095
+punt_ring = 2048
 neighbour_capacity = 128
 neighbour_reachable_s = 20
 neighbour_stale_s = 600
@@ -145,6 +146,7 @@ TEST(Config, GoodFileParsesEveryValue) {
     EXPECT_EQ(c.dataplane.idle_polls_before_sleep, 64u);
     EXPECT_EQ(c.dataplane.idle_yield_us, 40u);
     EXPECT_EQ(c.dataplane.mbufs, 4095u);
+    EXPECT_EQ(c.dataplane.punt_ring, 2048u);
     EXPECT_EQ(c.dataplane.neighbour_capacity, 128u);
     EXPECT_EQ(c.dataplane.neighbour_reachable_s, 20u);
     EXPECT_EQ(c.dataplane.neighbour_stale_s, 600u);
@@ -216,6 +218,7 @@ address = "198.18.100.1/24"
     EXPECT_EQ(c.dataplane.idle_polls_before_sleep, 4u);
     EXPECT_EQ(c.dataplane.idle_yield_us, 300u);
     EXPECT_EQ(c.dataplane.mbufs, 8191u);
+    EXPECT_EQ(c.dataplane.punt_ring, 4096u);
     EXPECT_EQ(c.dataplane.neighbour_capacity, 4096u);
     EXPECT_EQ(c.dataplane.neighbour_reachable_s, 30u);
     EXPECT_EQ(c.dataplane.neighbour_stale_s, 300u);
@@ -360,6 +363,19 @@ TEST(ConfigErrors, FiveMbufsIsOutOfRange) {
     EXPECT_TRUE(rejects(text, "dataplane.mbufs", "5 is out of range 1023..4194304", line_of(text, "mbufs = 5")));
 }
 
+TEST(ConfigErrors, PuntRingNotAPowerOfTwo) {
+    const std::string text = replaced(kGood, "punt_ring = 2048", "punt_ring = 3000");
+    EXPECT_TRUE(rejects(text, "dataplane.punt_ring", "3000 is not a power of two (a DPDK ring's size): 4096, 65536, ...",
+                        line_of(text, "punt_ring = 3000")));
+}
+
+TEST(ConfigErrors, PuntRingOutOfRange) {
+    const std::string small = replaced(kGood, "punt_ring = 2048", "punt_ring = 128");
+    EXPECT_TRUE(rejects(small, "dataplane.punt_ring", "128 is out of range 256..4194304", line_of(small, "punt_ring = 128")));
+    const std::string big = replaced(kGood, "punt_ring = 2048", "punt_ring = 8388608");
+    EXPECT_TRUE(rejects(big, "dataplane.punt_ring", "8388608 is out of range 256..4194304", line_of(big, "punt_ring = 8388608")));
+}
+
 TEST(ConfigErrors, ZeroArpProbesIsOutOfRange) {
     const std::string text = replaced(kGood, "arp_probes = 5", "arp_probes = 0");
     EXPECT_TRUE(rejects(text, "dataplane.arp_probes", "0 is out of range 1..100", line_of(text, "arp_probes = 0")));
@@ -388,7 +404,8 @@ TEST(ConfigErrors, ReachableTimeAboveTheDefaultStaleTime) {
 TEST(ConfigErrors, UnknownKeyInDataplane) {
     const std::string text = replaced(kGood, "mbufs = 4095\n", "mbufs = 4095\nmbuf_cache = 32\n");
     EXPECT_TRUE(rejects(text, "dataplane.mbuf_cache",
-                        "unknown key (known here: workers, idle, idle_sleep_max_us, idle_polls_before_sleep, idle_yield_us, mbufs, neighbour_capacity, "
+                        "unknown key (known here: workers, idle, idle_sleep_max_us, idle_polls_before_sleep, idle_yield_us, mbufs, punt_ring, "
+                        "neighbour_capacity, "
                         "neighbour_reachable_s, neighbour_stale_s, arp_probe_interval_ms, arp_probes)",
                         line_of(text, "mbuf_cache")));
 }

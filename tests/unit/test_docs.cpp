@@ -62,6 +62,7 @@ TEST(Docs, ReadmeExampleConfigLoadsAndShowsTheRealDefaults) {
     EXPECT_EQ(c.dataplane.idle_yield_us, d.idle_yield_us);
     EXPECT_EQ(c.dataplane.idle_sleep_max_us, d.idle_sleep_max_us);
     EXPECT_EQ(c.dataplane.mbufs, d.mbufs);
+    EXPECT_EQ(c.dataplane.punt_ring, d.punt_ring);
     EXPECT_EQ(c.dataplane.neighbour_capacity, d.neighbour_capacity);
     EXPECT_EQ(c.dataplane.neighbour_reachable_s, d.neighbour_reachable_s);
     EXPECT_EQ(c.dataplane.neighbour_stale_s, d.neighbour_stale_s);
