@@ -6,7 +6,6 @@
 #pragma once
 
 #include <atomic>
-#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,20 +24,16 @@ enum class CacheKind : uint8_t {
 const char* cache_kind_name(CacheKind k);
 inline constexpr int kCacheKinds = 4;
 
-// What a lookup and a reply built from it read come first, in the entry's first two cache lines
-// (key, expiry, chain link, kind, the record's wire form and its sum; the burst loop prefetches
-// both): with the decoded record first, a hit read three lines, the third one unprefetched.
-struct alignas(64) CacheEntry {
+struct CacheEntry {
     ProcessId key;  // what it is found under: the record's ID, or the party-0 ID a broadcast answered
+    DmaAddress record;  // unset for negative entries
+    DmaAddressWire wire;  // the record as the wire carries it, encoded once here ...
+    uint32_t wire_sum = 0;  // ... with its 16-bit one's-complement sum (unfolded), for reply checksums
     uint64_t expires_ms = UINT64_MAX;  // on the lcore's millisecond clock; UINT64_MAX: no expiry
-    std::atomic<CacheEntry*> next{nullptr};
-    uint32_t wire_sum = 0;  // the 16-bit one's-complement sum (unfolded) of `wire`, for reply checksums
-    uint16_t owner_party = 0;  // the party whose gateway vouched for it
+    uint16_t owner_party = 0;          // the party whose gateway vouched for it
     CacheKind kind = CacheKind::local;
-    DmaAddressWire wire;  // the record as the wire carries it, encoded once at upsert
-    DmaAddress record;    // unset for negative entries
+    std::atomic<CacheEntry*> next{nullptr};
 };
-static_assert(offsetof(CacheEntry, wire) + sizeof(DmaAddressWire) <= 128, "a hit reads the first two lines");
 
 class ResolveCache {
 public:
@@ -58,15 +53,11 @@ public:
         }
         return nullptr;
     }
-    // Ahead of a find() of `key`, in two steps a burst's passes apart (the data plane's burst loop
-    // does this for a burst's requests before it answers any): prefetch_bucket() the bucket's
-    // slot; once that is in, prefetch_entry() the first entry's two lines. Neither changes anything.
-    void prefetch_bucket(ProcessId key) const { __builtin_prefetch(&buckets_[bucket(key)]); }
-    void prefetch_entry(ProcessId key) const {
-        if (const CacheEntry* e = buckets_[bucket(key)].load(std::memory_order_acquire); e != nullptr) {
+    // Ahead of a find() of `key`: the first entry of its bucket, prefetched (the data plane's burst
+    // loop does this for a burst's requests before it answers any).
+    void prefetch(ProcessId key) const {
+        if (const CacheEntry* e = buckets_[bucket(key)].load(std::memory_order_acquire); e != nullptr)
             __builtin_prefetch(e);
-            __builtin_prefetch(reinterpret_cast<const char*>(e) + 64);
-        }
     }
 
     // Writer side: one writer at a time (the caller serialises). Entries unlinked here go on the
