@@ -1,7 +1,10 @@
 // The resolution cache: lock-free reads, single-writer updates, RCU-deferred frees.
 #include "dataplane/resolve_cache.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <new>
+#include <type_traits>
 
 namespace fedgate {
 
@@ -15,21 +18,34 @@ const char* cache_kind_name(CacheKind k) {
     return "?";
 }
 
+namespace {
+// A chunk is 2 MB, one huge page (allocate_table_memory advises those from 2 MB up), when the
+// cache is that large; a small cache's chunk holds its capacity.
+constexpr std::size_t kChunkBytes = 2u << 20;
+}  // namespace
+
 ResolveCache::ResolveCache(uint32_t capacity)
     : capacity_(capacity),
       mask_(std::bit_ceil(std::max<std::size_t>(capacity, 16)) - 1),
-      buckets_(std::make_unique<std::atomic<CacheEntry*>[]>(mask_ + 1)) {}
+      buckets_(mask_ + 1),
+      chunk_entries_(std::min(kChunkBytes / sizeof(CacheEntry), std::bit_ceil(std::max<std::size_t>(capacity, 16)))) {}
 
-ResolveCache::~ResolveCache() {
-    for (std::size_t b = 0; b <= mask_; ++b) {
-        CacheEntry* e = buckets_[b].load(std::memory_order_relaxed);
-        while (e != nullptr) {
-            CacheEntry* next = e->next.load(std::memory_order_relaxed);
-            delete e;
-            e = next;
-        }
+// Entries are trivially destructible: the chunks go with the cache.
+static_assert(std::is_trivially_destructible_v<CacheEntry>);
+ResolveCache::~ResolveCache() = default;
+
+CacheEntry* ResolveCache::new_entry() {
+    if (!free_.empty()) {
+        CacheEntry* e = free_.back();
+        free_.pop_back();
+        return new (e) CacheEntry;
     }
-    for (CacheEntry* e : retired_) delete e;
+    if (chunks_.empty() || chunk_used_ == chunk_entries_) {
+        const std::size_t bytes = chunk_entries_ == kChunkBytes / sizeof(CacheEntry) ? kChunkBytes : chunk_entries_ * sizeof(CacheEntry);
+        chunks_.emplace_back(allocate_table_memory(bytes));
+        chunk_used_ = 0;
+    }
+    return new (static_cast<CacheEntry*>(chunks_.back().get()) + chunk_used_++) CacheEntry;
 }
 
 void ResolveCache::unlink(std::atomic<CacheEntry*>& link, CacheEntry* e) {
@@ -52,7 +68,7 @@ ResolveCache::Upsert ResolveCache::upsert(ProcessId key, const DmaAddress& recor
     }
     if (old == nullptr && size() >= capacity_) return Upsert::full;
 
-    auto* e = new CacheEntry;
+    CacheEntry* e = new_entry();
     e->key = key;
     e->record = record;
     encode(record, e->wire);
@@ -122,7 +138,7 @@ std::size_t ResolveCache::sweep_expired(std::size_t* cursor, std::size_t buckets
 void ResolveCache::reclaim(const std::function<void()>& synchronize) {
     if (retired_.empty()) return;
     if (synchronize) synchronize();
-    for (CacheEntry* e : retired_) delete e;
+    for (CacheEntry* e : retired_) free_entry(e);
     retired_.clear();
 }
 

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "dataplane/table_memory.hpp"
 #include "proto/resolve_wire.hpp"
 
 namespace fedgate {
@@ -24,16 +26,20 @@ enum class CacheKind : uint8_t {
 const char* cache_kind_name(CacheKind k);
 inline constexpr int kCacheKinds = 4;
 
-struct CacheEntry {
+// What a lookup and a reply built from it read come first, in the entry's first two cache lines
+// (key, expiry, chain link, kind, the record's wire form and its sum); the decoded record, which
+// only the control threads read, after them.
+struct alignas(64) CacheEntry {
     ProcessId key;  // what it is found under: the record's ID, or the party-0 ID a broadcast answered
-    DmaAddress record;  // unset for negative entries
-    DmaAddressWire wire;  // the record as the wire carries it, encoded once here ...
-    uint32_t wire_sum = 0;  // ... with its 16-bit one's-complement sum (unfolded), for reply checksums
     uint64_t expires_ms = UINT64_MAX;  // on the lcore's millisecond clock; UINT64_MAX: no expiry
-    uint16_t owner_party = 0;          // the party whose gateway vouched for it
-    CacheKind kind = CacheKind::local;
     std::atomic<CacheEntry*> next{nullptr};
+    uint32_t wire_sum = 0;  // the 16-bit one's-complement sum (unfolded) of `wire`, for reply checksums
+    uint16_t owner_party = 0;  // the party whose gateway vouched for it
+    CacheKind kind = CacheKind::local;
+    DmaAddressWire wire;  // the record as the wire carries it, encoded once at upsert
+    DmaAddress record;    // unset for negative entries
 };
+static_assert(offsetof(CacheEntry, wire) + sizeof(DmaAddressWire) <= 128, "a hit reads the first two lines");
 
 class ResolveCache {
 public:
@@ -89,10 +95,21 @@ private:
         return static_cast<std::size_t>((key.value * 0x9e3779b97f4a7c15ull) >> 32) & mask_;
     }
     void unlink(std::atomic<CacheEntry*>& link, CacheEntry* e);
+    // Entries come from chunks of table memory (2 MB, on a huge page, once the cache is that
+    // large), handed out in order and handed out again once reclaim() frees them.
+    CacheEntry* new_entry();
+    void free_entry(CacheEntry* e) { free_.push_back(e); }
 
     std::size_t capacity_;
     std::size_t mask_;
-    std::unique_ptr<std::atomic<CacheEntry*>[]> buckets_;
+    FixedArray<std::atomic<CacheEntry*>> buckets_;
+    struct ChunkRelease {
+        void operator()(void* p) const { release_table_memory(p); }
+    };
+    std::size_t chunk_entries_;  // entries per chunk
+    std::vector<std::unique_ptr<void, ChunkRelease>> chunks_;
+    std::size_t chunk_used_ = 0;     // entries of the last chunk handed out
+    std::vector<CacheEntry*> free_;  // entries reclaim() freed, to hand out again
     std::atomic<std::size_t> size_{0};
     std::atomic<std::size_t> by_kind_[kCacheKinds] = {};
     std::vector<CacheEntry*> retired_;

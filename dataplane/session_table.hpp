@@ -12,6 +12,8 @@
 
 #include <rte_hash_crc.h>
 
+#include "dataplane/table_memory.hpp"
+
 namespace fedgate {
 
 // CRC32-C of a 64-bit word (the SSE4.2 instruction where the CPU has it; DPDK picks at start-up).
@@ -75,44 +77,6 @@ struct SessionInfo : Session, SessionCold {
 static_assert(sizeof(NatRewrite) == 24);
 static_assert(sizeof(Session) == 64, "the hot fields fill exactly one cache line");
 static_assert(sizeof(SessionCold) == 36);
-
-// A fixed array of value-initialised T, allocated once. Large ones are 2 MB aligned and advised to
-// transparent huge pages before their first touch: a million sessions' hot lines are 64 MB (and their
-// index 64 MB) that lookups reach at random, and 4 KB pages would add a TLB miss to most of them.
-template <typename T>
-class FixedArray {
-public:
-    FixedArray() = default;
-    explicit FixedArray(std::size_t n) : p_(static_cast<T*>(allocate(n * sizeof(T)))), n_(n) {
-        for (std::size_t i = 0; i < n; ++i) new (p_ + i) T();
-    }
-    FixedArray(FixedArray&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
-    FixedArray& operator=(FixedArray&& o) noexcept {
-        std::swap(p_, o.p_);
-        std::swap(n_, o.n_);
-        return *this;
-    }
-    ~FixedArray() { release(p_); }
-    T& operator[](std::size_t i) { return p_[i]; }
-    const T& operator[](std::size_t i) const { return p_[i]; }
-    T* data() { return p_; }
-    const T* data() const { return p_; }
-    std::size_t size() const { return n_; }
-
-private:
-    static_assert(std::is_trivially_destructible_v<T>);
-    static void* allocate(std::size_t bytes);  // throws std::bad_alloc
-    static void release(void* p);
-    T* p_ = nullptr;
-    std::size_t n_ = 0;
-};
-
-void* allocate_table_memory(std::size_t bytes);
-void release_table_memory(void* p);
-template <typename T>
-void* FixedArray<T>::allocate(std::size_t bytes) { return allocate_table_memory(bytes); }
-template <typename T>
-void FixedArray<T>::release(void* p) { release_table_memory(p); }
 
 class SessionTable {
 public:

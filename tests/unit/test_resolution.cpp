@@ -121,6 +121,59 @@ TEST(Cache, ReclaimSynchronisesOncePerNonEmptyBatchAndFreesTheRetired) {
     EXPECT_EQ(cache.find(kA, 0)->record.epoch, 3u);
 }
 
+TEST(Cache, AnEntryIsHandedOutAgainOnlyAfterReclaimAndThenComesBackClean) {
+    ResolveCache cache(64);
+    const auto sync = [] {};
+    ASSERT_EQ(cache.upsert(kA, make_record(kA, 1), CacheKind::local, 1, UINT64_MAX), ResolveCache::Upsert::inserted);
+    const CacheEntry* first = cache.find(kA, 0);
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);  // a hit's fields start a cache line
+    cache.upsert(kA, make_record(kA, 2), CacheKind::local, 1, UINT64_MAX);  // `first` retired
+    cache.upsert(kB, make_record(kB, 1), CacheKind::announced, 2, UINT64_MAX);
+    EXPECT_NE(cache.find(kA, 0), first);
+    EXPECT_NE(cache.find(kB, 0), first);  // readers may still hold it: not handed out before reclaim()
+    cache.reclaim(sync);
+
+    cache.upsert(kC, make_record(kC, 5), CacheKind::answered, 3, 1000);
+    const CacheEntry* again = cache.find(kC, 0);
+    ASSERT_EQ(again, first);  // the freed entry, handed out again
+    ResolveCache fresh(64);
+    fresh.upsert(kC, make_record(kC, 5), CacheKind::answered, 3, 1000);
+    const CacheEntry* want = fresh.find(kC, 0);
+    ASSERT_NE(want, nullptr);
+    EXPECT_TRUE(entry_is_whole(*again, kC));
+    EXPECT_EQ(again->wire_sum, want->wire_sum);  // summed afresh, not onto the old record's sum
+    EXPECT_EQ(std::memcmp(&again->wire, &want->wire, sizeof want->wire), 0);
+    EXPECT_EQ(again->kind, CacheKind::answered);
+    EXPECT_EQ(again->owner_party, 3);
+    EXPECT_EQ(again->expires_ms, 1000u);
+}
+
+TEST(Cache, ALargeCacheHoldsEveryRecordAcrossItsChunks) {
+    // More entries than one 2 MB chunk holds (about 11K), half of them replaced, so that retired
+    // entries are freed and handed out again among fresh ones.
+    constexpr uint32_t kN = 30000;
+    ResolveCache cache(kN);
+    for (uint32_t i = 0; i < kN; ++i) {
+        const ProcessId id = ProcessId::make(2, 1, i + 1);
+        ASSERT_EQ(cache.upsert(id, make_record(id, 1), CacheKind::announced, 2, UINT64_MAX), ResolveCache::Upsert::inserted);
+    }
+    for (uint32_t i = 0; i < kN; i += 2) {
+        const ProcessId id = ProcessId::make(2, 1, i + 1);
+        ASSERT_EQ(cache.upsert(id, make_record(id, 2), CacheKind::announced, 2, UINT64_MAX), ResolveCache::Upsert::replaced);
+        if (i % 1000 == 0) cache.reclaim([] {});
+    }
+    EXPECT_EQ(cache.size(), kN);
+    for (uint32_t i = 0; i < kN; ++i) {
+        const ProcessId id = ProcessId::make(2, 1, i + 1);
+        const CacheEntry* e = cache.find(id, 0);
+        ASSERT_NE(e, nullptr) << i;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(e) % 64, 0u);
+        EXPECT_TRUE(entry_is_whole(*e, id)) << i;
+        EXPECT_EQ(e->record.epoch, i % 2 == 0 ? 2u : 1u) << i;
+    }
+}
+
 TEST(Cache, ReplacingMovesTheEntryBetweenKindCounts) {
     ResolveCache cache(64);
     cache.upsert(kA, make_record(kA), CacheKind::answered, 2, 5000);
