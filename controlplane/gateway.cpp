@@ -49,7 +49,8 @@ namespace fedgate {
 namespace {
 
 constexpr unsigned kRingSize = 1024;
-// The punt ring takes bursts of registrations (a job starting thousands of processes at once).
+// The punt ring's size is [dataplane] punt_ring: it takes bursts of registrations (a job starting
+// thousands of processes at once).
 constexpr unsigned kRequestRingSize = 64;
 constexpr unsigned kHandOffRingSize = 4096;
 static_assert(kMaxWorkersCfg == kMaxWorkers);

@@ -28,7 +28,7 @@ ResolveCache::ResolveCache(uint32_t capacity)
     : capacity_(capacity),
       mask_(std::bit_ceil(std::max<std::size_t>(capacity, 16)) - 1),
       buckets_(mask_ + 1),
-      chunk_entries_(std::min(kChunkBytes / sizeof(CacheEntry), std::bit_ceil(std::max<std::size_t>(capacity, 16)))) {}
+      chunk_bytes_(std::min(kChunkBytes, std::bit_ceil(std::max<std::size_t>(capacity, 16)) * sizeof(CacheEntry))) {}
 
 // Entries are trivially destructible: the chunks go with the cache.
 static_assert(std::is_trivially_destructible_v<CacheEntry>);
@@ -40,9 +40,8 @@ CacheEntry* ResolveCache::new_entry() {
         free_.pop_back();
         return new (e) CacheEntry;
     }
-    if (chunks_.empty() || chunk_used_ == chunk_entries_) {
-        const std::size_t bytes = chunk_entries_ == kChunkBytes / sizeof(CacheEntry) ? kChunkBytes : chunk_entries_ * sizeof(CacheEntry);
-        chunks_.emplace_back(allocate_table_memory(bytes));
+    if (chunks_.empty() || chunk_used_ == chunk_bytes_ / sizeof(CacheEntry)) {
+        chunks_.emplace_back(allocate_table_memory(chunk_bytes_));
         chunk_used_ = 0;
     }
     return new (static_cast<CacheEntry*>(chunks_.back().get()) + chunk_used_++) CacheEntry;

@@ -106,7 +106,7 @@ private:
     struct ChunkRelease {
         void operator()(void* p) const { release_table_memory(p); }
     };
-    std::size_t chunk_entries_;  // entries per chunk
+    std::size_t chunk_bytes_;  // kChunkBytes, or a small cache's capacity of entries
     std::vector<std::unique_ptr<void, ChunkRelease>> chunks_;
     std::size_t chunk_used_ = 0;     // entries of the last chunk handed out
     std::vector<CacheEntry*> free_;  // entries reclaim() freed, to hand out again

@@ -201,12 +201,14 @@ result() { echo "  $*"; SUMMARY+=("$*"); }  # a result line: printed now and aga
 # control thread: part1_mbufs is the requests, the records and room for both to move.
 mbuf_count() { echo $(($1 + 32768)); }
 part1_mbufs() { mbuf_count $((REQUESTS + RECORDS)); }
-# fedgated's [dataplane] punt_ring for RECORDS registrations read at once: a power of two above them
-# (none below the default 4096, so that another build's binary without the key runs the default sizes).
-punt_ring_for() {
+# fedgated's [dataplane] punt_ring line for RECORDS registrations read at once: a power of two above
+# them; none while the default ring (4096) is enough, so that another build's binary without the key
+# runs the default sizes.
+punt_ring_line() {
     local n=4096
-    while ((n <= $1)); do n=$((n * 2)); done
-    echo "$n"
+    ((RECORDS < n)) && return
+    while ((n <= RECORDS)); do n=$((n * 2)); done
+    echo "punt_ring = $n"
 }
 ctl1() { taskset -c 0 "$BUILD/tools/fedgatectl" --socket "$WORK/fedgated.sock" "$@"; }
 # One stats sample: "t hits requesters_tx requests drops local registrations_rx".
@@ -367,7 +369,7 @@ args = ["-l", "0,1", $(eal_mem_args "$fg_mb" | sed 's/[^ ]*/"&",/g') "--no-shcon
 [dataplane]
 idle = "spin"
 mbufs = $mbufs
-$( ((RECORDS < 4096)) || echo "punt_ring = $(punt_ring_for "$RECORDS")")
+$(punt_ring_line)
 [resolve]
 cache_capacity = $cap
 heartbeat_ms = 3600000
