@@ -45,6 +45,9 @@
 #                                   once, each stopped but in its turn, R rounds of a slice each; the
 #                                   ratio is the median of the rounds' own (SECONDS and ROUNDS unused)
 #   RESOLVE_BENCH_SLICE=2           part 1, paired: seconds of one slice (0.5..30)
+#   RESOLVE_BENCH_FEDGATED_B=PATH   part 1, paired: a second fedgated binary in the turns (another
+#                                   build's, its own directory filled the same way), so that two
+#                                   builds are compared slice by slice ("ratio fedgated_b/fedgated")
 #   RESOLVE_BENCH_HUGE=1            part 1: testpmd and fedgated on 2 MB hugepages, which the script
 #                                   reserves and gives back (tests/bench/huge.sh); 0, or a machine
 #                                   that cannot reserve them: --no-huge (the lines say which)
@@ -78,8 +81,10 @@ if [[ ${2:-} == --smoke ]]; then
     # [dataplane] punt_ring the script sets (part 1 fails when the directory holds fewer).
     SMOKE=1 HUGE=0 SECS=8 RECORDS=6000 REQUESTS=64 ROUNDS=1 FEDGATED=$BUILD/controlplane/fedgated BIG=0 PARTS="1 2 3 4" WINDOW=64 BIG_LIMIT_S=60 ANNOUNCE_LIMIT_S=60 GROUP_N=50
     PAIRED=0 SLICE=1
-    # --smoke-paired: part 1 alone, in paired turns (2 rounds of 1 s slices).
-    if [[ ${3:-} == paired ]]; then PARTS="1" PAIRED=2; fi
+    # --smoke-paired: part 1 alone, in paired turns (2 rounds of 1 s slices), the build's fedgated
+    # as RESOLVE_BENCH_FEDGATED_B too, so that the comparison of builds is run.
+    FEDGATED_B=""
+    if [[ ${3:-} == paired ]]; then PARTS="1" PAIRED=2 FEDGATED_B=$BUILD/controlplane/fedgated; fi
     LAT_N=20 REG_N=20 PING_N=10 GWPING_N=10 STEP_N=1000
 else
     SECS=${2:-10}
@@ -96,6 +101,7 @@ else
     GROUP_N=${RESOLVE_BENCH_GROUP_REGS:-2000}
     PAIRED=${RESOLVE_BENCH_PAIRED:-0}
     SLICE=${RESOLVE_BENCH_SLICE:-2}
+    FEDGATED_B=${RESOLVE_BENCH_FEDGATED_B:-}
 fi
 ETCD_MEMBERS=${RESOLVE_BENCH_ETCD_MEMBERS:-3}
 TXN_OPS=${RESOLVE_BENCH_TXN_OPS:-128}
@@ -131,6 +137,12 @@ uint_in RESOLVE_BENCH_PAIRED "$PAIRED" 0 100
 ((PAIRED == 0)) || ROUNDS=1  # the paired turns are their own rounds
 [[ -x $FEDGATED && -f $FEDGATED ]] ||
     { echo "resolve_bench: RESOLVE_BENCH_FEDGATED '$FEDGATED' is not an executable file" >&2; exit 2; }
+if [[ -n $FEDGATED_B ]]; then
+    ((PAIRED > 0)) ||
+        { echo "resolve_bench: RESOLVE_BENCH_FEDGATED_B needs RESOLVE_BENCH_PAIRED (the two builds take turns)" >&2; exit 2; }
+    [[ -x $FEDGATED_B && -f $FEDGATED_B ]] ||
+        { echo "resolve_bench: RESOLVE_BENCH_FEDGATED_B '$FEDGATED_B' is not an executable file" >&2; exit 2; }
+fi
 uint_in RESOLVE_BENCH_REQUESTS "$REQUESTS" 1 1000000
 uint_in RESOLVE_BENCH_BIG "$BIG" 0 1
 uint_in RESOLVE_BENCH_WINDOW "$WINDOW" 1 65536
@@ -182,7 +194,8 @@ cleanup() {
     if ((LAB_IS_UP)); then lab_down || true; fi
     etcd_down
     bench_huge_release
-    rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$TP_PREFIX-io" "/var/run/dpdk/$TP_PREFIX-5tswap"
+    rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$FG_PREFIX-b" "/var/run/dpdk/$TP_PREFIX-io" \
+        "/var/run/dpdk/$TP_PREFIX-5tswap"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -210,7 +223,9 @@ punt_ring_line() {
     while ((n <= RECORDS)); do n=$((n * 2)); done
     echo "punt_ring = $n"
 }
-ctl1() { taskset -c 0 "$BUILD/tools/fedgatectl" --socket "$WORK/fedgated.sock" "$@"; }
+# The daemon ctl1 and sample1 talk to: part 1's (fedgated_b's only while it comes up).
+FG_SOCK=""
+ctl1() { taskset -c 0 "$BUILD/tools/fedgatectl" --socket "${FG_SOCK:-$WORK/fedgated.sock}" "$@"; }
 # One stats sample: "t hits requesters_tx requests drops local registrations_rx".
 sample1() {
     ctl1 stats --json | taskset -c 0 "$PY" -c '
@@ -224,9 +239,10 @@ print(time.monotonic(), res["resolve"]["hits"], port["requesters"]["tx_packets"]
 run_part1() {
     local round
     local which="" && [[ $FEDGATED != "$BUILD/controlplane/fedgated" ]] && which=" (fedgated: $FEDGATED)"
+    [[ -z $FEDGATED_B ]] || which+=" (fedgated_b: $FEDGATED_B)"
     # testpmd and fedgated take turns, so one reservation serves both (paired: the two testpmds and
-    # fedgated hold their memory at once, so three); given back before the lab.
-    if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(($(eal_mb "$(part1_mbufs)" 2176 huge) * (PAIRED ? 3 : 1)))" resolve_bench; fi
+    # fedgated hold their memory at once, so three, four with fedgated_b); given back before the lab.
+    if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(($(eal_mb "$(part1_mbufs)" 2176 huge) * (PAIRED ? 3 + (${#FEDGATED_B} > 0) : 1)))" resolve_bench; fi
     if ((PAIRED)); then
         say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, paired turns: $PAIRED rounds of ${SLICE}s slices)$which"
     else
@@ -284,21 +300,24 @@ part1_testpmd() {
     rm -rf "/var/run/dpdk/$TP_PREFIX"
 }
 
-# part1_paired RX_VDEV NULL_VDEV MBUFS FG_PID: the paired turns (tests/bench/paired.py) of fedgated
-# (up, its directory filled) with testpmd io and 5tswap started in interactive mode on the same vdevs;
-# fedgated's replies are the TX packets of its port 1 (requesters), testpmd's of its port 1 (net_null0).
+# part1_paired RX_VDEV NULL_VDEV MBUFS FG_PID [FG_B_PID]: the paired turns (tests/bench/paired.py) of
+# fedgated (up, its directory filled; and fedgated_b's, where given) with testpmd io and 5tswap started
+# in interactive mode on the same vdevs; fedgated's replies are the TX packets of its port 1
+# (requesters), testpmd's of its port 1 (net_null0).
 part1_paired() {
-    local rx_vdev=$1 null_vdev=$2 mbufs=$3 fg_pid=$4 tp_mb mode out=$WORK/part1-paired.txt
+    local rx_vdev=$1 null_vdev=$2 mbufs=$3 fg_pid=$4 fg_b_pid=${5:-} tp_mb mode out=$WORK/part1-paired.txt
     local -A argv
+    local b_args=()
+    [[ -z $fg_b_pid ]] || b_args=(--fedgated fedgated_b "$fg_b_pid" "$WORK/fedgated-b.sock" --also-against fedgated)
     tp_mb=$(eal_mb "$mbufs" 2176)
     for mode in io 5tswap; do
         argv[$mode]=$(testpmd_interactive_argv "$mode" "$tp_mb" "$TP_PREFIX-$mode" "$rx_vdev" "$null_vdev" "$mbufs" 2176)
     done
     sleep 2  # warm
-    kill -STOP "$fg_pid"
+    kill -STOP "$fg_pid" ${fg_b_pid:+"$fg_b_pid"}
     if ! taskset -c 0 "$PY" "$(dirname "$0")/paired.py" --rounds "$PAIRED" --seconds "$SLICE" --warmup 2 --port 1 \
         --reference 5tswap --testpmd io "${argv[io]}" --testpmd 5tswap "${argv[5tswap]}" \
-        --fedgated fedgated "$fg_pid" "$WORK/fedgated.sock" >"$out"; then
+        --fedgated fedgated "$fg_pid" "$WORK/fedgated.sock" "${b_args[@]}" >"$out"; then
         stop_all
         result "part 1: FAILED (the paired turns)"
         smoke_fail "part 1: the paired turns failed"
@@ -307,27 +326,35 @@ part1_paired() {
     sed 's/^/  /' "$out"
     ctl1 stats --json >"$WORK/stats1.json"
     stop_all
-    rm -rf "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$TP_PREFIX-io" "/var/run/dpdk/$TP_PREFIX-5tswap"
-    "$PY" - "$out" "$WORK/stats1.json" "$PAIRED" "$SLICE" >"$WORK/part1.txt" <<'PY'
+    rm -rf "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$FG_PREFIX-b" "/var/run/dpdk/$TP_PREFIX-io" "/var/run/dpdk/$TP_PREFIX-5tswap"
+    "$PY" - "$out" "$WORK/stats1.json" "$PAIRED" "$SLICE" "${fg_b_pid:+b}" >"$WORK/part1.txt" <<'PY'
 import json, sys
 rate, ratio = {}, {}
 for line in open(sys.argv[1]):
     w = line.split()
     if w[0] == "rate": rate[w[1]] = (int(w[2]), int(w[3]), int(w[4]))
-    elif w[0] == "ratio" and w[3] != "-": ratio[w[1]] = tuple(float(x) for x in w[3:6])
+    elif w[0] == "ratio" and w[3] != "-": ratio[w[1], w[2]] = tuple(float(x) for x in w[3:6])
+with_b = sys.argv[5] == "b"
 r = json.load(open(sys.argv[2]))
 reasons = {k: v for k, v in r["drops_by_reason"].items() if v}
 fg, sw, io = (rate.get(k, (0, 0, 0)) for k in ("fedgated", "5tswap", "io"))
 print(f"RESULT part 1: paired turns, {sys.argv[3]} rounds of {sys.argv[4]} s slices (medians, lowest-highest)")
 print(f"RESULT part 1: fedgated replies/s {fg[0] / 1e6:.2f} M ({fg[1] / 1e6:.2f}-{fg[2] / 1e6:.2f}); testpmd 5tswap pkts/s "
       f"{sw[0] / 1e6:.2f} M ({sw[1] / 1e6:.2f}-{sw[2] / 1e6:.2f}); io {io[0] / 1e6:.2f} M")
-f = ratio.get("fedgated")
+f = ratio.get(("fedgated", "5tswap"))
 print(f"RESULT part 1: ratio fedgated replies/testpmd 5tswap {f[0]:.2f} ({f[1]:.2f}-{f[2]:.2f}), paired" if f
       else "RESULT part 1: ratio: nothing measured")
+fb = rate.get("fedgated_b", (0, 0, 0))
+if with_b:
+    print(f"RESULT part 1: fedgated_b replies/s {fb[0] / 1e6:.2f} M ({fb[1] / 1e6:.2f}-{fb[2] / 1e6:.2f})")
+    for against, what in (("5tswap", "testpmd 5tswap"), ("fedgated", "fedgated")):
+        b = ratio.get(("fedgated_b", against))
+        print(f"RESULT part 1: ratio fedgated_b replies/{what} {b[0]:.2f} ({b[1]:.2f}-{b[2]:.2f}), paired" if b
+              else f"RESULT part 1: ratio fedgated_b/{what}: nothing measured")
 print(f"RESULT part 1: ratio fedgated replies/testpmd io {fg[0] / io[0]:.2f} (of the medians)" if io[0] else
       "RESULT part 1: ratio: testpmd io measured nothing")
 print(f"RESULT part 1: drops by reason (whole run): {reasons or 'none'}")
-print("OK" if fg[1] > 0 and sw[1] > 0 and io[1] > 0 else "EMPTY")
+print("OK" if fg[1] > 0 and sw[1] > 0 and io[1] > 0 and (fb[1] > 0 or not with_b) else "EMPTY")
 PY
     while IFS= read -r line; do
         if [[ $line == "RESULT "* ]]; then result "${line#RESULT }"
@@ -336,36 +363,29 @@ PY
     done <"$WORK/part1.txt"
 }
 
-part1_round() {
-    local reg=$WORK/register.pcap res=$WORK/resolve.pcap mbufs fg_mb tp_pps tp_io cap up neigh i
-    local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
-    mbufs=$(part1_mbufs)
-
-    # --- the references: testpmd io, then 5tswap, port 0 -> port 1, lcore 1 (paired: below) ---
-    if ((PAIRED == 0)); then
-        part1_testpmd io "$rx_vdev" "$null_vdev" "$mbufs"
-        tp_io=$TP_RATE
-        part1_testpmd 5tswap "$rx_vdev" "$null_vdev" "$mbufs"
-        tp_pps=$TP_RATE
-    fi
-
-    # --- fedgated on the same vdevs: feed (the same net_pcap0), requesters (the same net_null0),
-    # registrations (read once), external; data plane on lcore 1, never sleeping ---
+# part1_fedgated BIN SUFFIX RX_VDEV NULL_VDEV MBUFS: fedgated BIN up on the vdevs (its socket, state,
+# config, log and EAL prefix named with SUFFIX: "" for part 1's daemon, "-b" for fedgated_b), its PID
+# the last of PIDS, its directory filled from the registrations file; sets DIR_LOCAL (records held)
+# and FILLED_S (seconds the filling took). Returns 1 (everything stopped) when it does not come up.
+part1_fedgated() {
+    # On the same vdevs: feed (the same net_pcap0), requesters (the same net_null0), registrations
+    # (read once), external; data plane on lcore 1, never sleeping.
+    local bin=$1 sfx=$2 rx_vdev=$3 null_vdev=$4 mbufs=$5 fg_mb cap neigh i up
     fg_mb=$(eal_mb "$mbufs" 2176)
     cap=$((RECORDS * 2 > 1024 ? RECORDS * 2 : 1024))
     neigh=""
     for i in $(seq 2 17); do
         neigh+="${neigh:+, }\"198.18.9.$i 02:00:00:09:00:$(printf %02x "$i")\""
     done
-    rm -rf "$WORK/state"
-    cat >"$WORK/bench.toml" <<TOML
+    rm -rf "$WORK/state$sfx"
+    cat >"$WORK/bench$sfx.toml" <<TOML
 [gateway]
 party = "bench"
 party_id = 1
-socket = "$WORK/fedgated.sock"
-state_dir = "$WORK/state"
+socket = "$WORK/fedgated$sfx.sock"
+state_dir = "$WORK/state$sfx"
 [eal]
-args = ["-l", "0,1", $(eal_mem_args "$fg_mb" | sed 's/[^ ]*/"&",/g') "--no-shconf", "--no-pci", "--file-prefix", "$FG_PREFIX", "--log-level", "lib.eal:error"]
+args = ["-l", "0,1", $(eal_mem_args "$fg_mb" | sed 's/[^ ]*/"&",/g') "--no-shconf", "--no-pci", "--file-prefix", "$FG_PREFIX$sfx", "--log-level", "lib.eal:error"]
 [dataplane]
 idle = "spin"
 mbufs = $mbufs
@@ -388,7 +408,7 @@ static_neighbours = [$neigh]
 [[port]]
 name = "registrations"
 role = "internal"
-device = "net_pcap1,rx_pcap=$reg"
+device = "net_pcap1,rx_pcap=$WORK/register.pcap"
 address = "198.18.3.1/24"
 [[port]]
 name = "external"
@@ -396,24 +416,26 @@ role = "external"
 device = "net_null1,no-rx=1"
 address = "198.19.0.1/24"
 TOML
-    "$FEDGATED" --config "$WORK/bench.toml" >"$WORK/fedgated.log" 2>&1 &
+    "$bin" --config "$WORK/bench$sfx.toml" >"$WORK/fedgated$sfx.log" 2>&1 &
     PIDS+=($!)
+    FG_SOCK=$WORK/fedgated$sfx.sock
     up=0
     for _ in $(seq 600); do
         ctl1 status >/dev/null 2>&1 && { up=1; break; }
-        kill -0 "${PIDS[0]}" 2>/dev/null || break
+        kill -0 "${PIDS[-1]}" 2>/dev/null || break
         sleep 0.1
     done
     if ((up == 0)); then
-        echo "resolve_bench: fedgated did not come up; its log:" >&2
-        tail -20 "$WORK/fedgated.log" >&2
+        echo "resolve_bench: fedgated$sfx did not come up; its log:" >&2
+        tail -20 "$WORK/fedgated$sfx.log" >&2
+        FG_SOCK=""
         stop_all
-        result "part 1: FAILED (fedgated did not start)"
-        smoke_fail "part 1: fedgated did not start"
-        return
+        result "part 1: FAILED (fedgated$sfx did not start)"
+        smoke_fail "part 1: fedgated$sfx did not start"
+        return 1
     fi
     # Until the directory holds every record, or the registrations file is read and nothing changes.
-    local t_fill0 dir_local=0 reg_rx=0 last=-1 still=0 filled_s
+    local t_fill0 dir_local=0 reg_rx=0 last=-1 still=0
     t_fill0=$(date +%s.%N)
     for _ in $(seq 600); do
         read -r _ _ _ _ _ dir_local reg_rx < <(sample1) || true
@@ -427,12 +449,41 @@ TOML
         last=$dir_local
         sleep 0.1
     done
-    filled_s=$("$PY" -c "import time; print(f'{time.time() - $t_fill0:.1f}')")
+    FILLED_S=$("$PY" -c "import time; print(f'{time.time() - $t_fill0:.1f}')")
+    DIR_LOCAL=$dir_local
+    FG_SOCK=""
     if ((dir_local != RECORDS)); then
-        say "  WARNING: the directory holds $dir_local of $RECORDS records (registrations port read $reg_rx packets)"
+        say "  WARNING: fedgated$sfx's directory holds $dir_local of $RECORDS records (registrations port read $reg_rx packets)"
     fi
+}
+
+part1_round() {
+    local res=$WORK/resolve.pcap mbufs tp_pps tp_io
+    local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
+    mbufs=$(part1_mbufs)
+
+    # --- the references: testpmd io, then 5tswap, port 0 -> port 1, lcore 1 (paired: below) ---
+    if ((PAIRED == 0)); then
+        part1_testpmd io "$rx_vdev" "$null_vdev" "$mbufs"
+        tp_io=$TP_RATE
+        part1_testpmd 5tswap "$rx_vdev" "$null_vdev" "$mbufs"
+        tp_pps=$TP_RATE
+    fi
+
+    # --- fedgated (and fedgated_b) on the same vdevs ---
+    part1_fedgated "$FEDGATED" "" "$rx_vdev" "$null_vdev" "$mbufs" || return 0
+    local dir_local=$DIR_LOCAL filled_s=$FILLED_S
     if ((PAIRED)); then
-        part1_paired "$rx_vdev" "$null_vdev" "$mbufs" "${PIDS[-1]}"
+        local fg_a=${PIDS[-1]} fg_b=""
+        if [[ -n $FEDGATED_B ]]; then
+            # fedgated's lcore spins: stopped while fedgated_b comes up and fills its directory alone.
+            kill -STOP "$fg_a"
+            part1_fedgated "$FEDGATED_B" "-b" "$rx_vdev" "$null_vdev" "$mbufs" || return 0
+            fg_b=${PIDS[-1]}
+            ((DIR_LOCAL == RECORDS)) || ((SMOKE == 0)) || smoke_fail "part 1: fedgated_b's directory holds $DIR_LOCAL of $RECORDS records"
+            kill -CONT "$fg_a"
+        fi
+        part1_paired "$rx_vdev" "$null_vdev" "$mbufs" "$fg_a" "$fg_b"
         ((dir_local == RECORDS)) || ((SMOKE == 0)) || smoke_fail "part 1: the directory holds $dir_local of $RECORDS records"
         return
     fi
