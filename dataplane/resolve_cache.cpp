@@ -27,6 +27,7 @@ constexpr std::size_t kChunkBytes = 2u << 20;
 ResolveCache::ResolveCache(uint32_t capacity)
     : capacity_(capacity),
       mask_(std::bit_ceil(std::max<std::size_t>(capacity, 16)) - 1),
+      bits_(static_cast<unsigned>(std::countr_zero(mask_ + 1))),
       buckets_(mask_ + 1),
       chunk_bytes_(std::min(kChunkBytes, std::bit_ceil(std::max<std::size_t>(capacity, 16)) * sizeof(CacheEntry))) {}
 

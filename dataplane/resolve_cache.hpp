@@ -92,10 +92,7 @@ public:
     static constexpr std::size_t entry_bytes() { return sizeof(CacheEntry) + sizeof(std::atomic<CacheEntry*>); }
 
 private:
-    std::size_t bucket(ProcessId key) const {
-        // IDs differ mostly in their low (local) bits and in the party; a multiplicative hash spreads both.
-        return static_cast<std::size_t>((key.value * 0x9e3779b97f4a7c15ull) >> 32) & mask_;
-    }
+    std::size_t bucket(ProcessId key) const { return key.home(bits_); }
     void unlink(std::atomic<CacheEntry*>& link, CacheEntry* e);
     // Entries come from chunks of table memory (2 MB, on a huge page, once the cache is that
     // large), handed out in order and handed out again once reclaim() frees them.
@@ -104,6 +101,7 @@ private:
 
     std::size_t capacity_;
     std::size_t mask_;
+    unsigned bits_;  // buckets: 2^bits_ (mask_ + 1)
     FixedArray<std::atomic<CacheEntry*>> buckets_;
     struct ChunkRelease {
         void operator()(void* p) const { release_table_memory(p); }

@@ -29,6 +29,7 @@ Resolver::Resolver(const ResolverConfig& cfg, const ResolveCache& cache, Resolve
     free_.reserve(cfg_.pending_capacity);
     for (uint32_t s = cfg_.pending_capacity; s-- > 0;) free_.push_back(s);
     index_mask_ = std::bit_ceil(std::size_t{cfg_.pending_capacity} * 2) - 1;
+    index_bits_ = static_cast<unsigned>(std::countr_zero(index_mask_ + 1));
     index_ = std::make_unique<uint32_t[]>(index_mask_ + 1);
     all_peers_ = cfg_.peer_parties.size() == 64 ? ~uint64_t{0} : (uint64_t{1} << cfg_.peer_parties.size()) - 1;
 }
@@ -64,7 +65,7 @@ int Resolver::peer_index(uint16_t party) const {
 // The pending index: target -> slot.
 
 std::size_t Resolver::index_home(ProcessId target) const {
-    return static_cast<std::size_t>((target.value * 0x9e3779b97f4a7c15ull) >> 40) & index_mask_;
+    return target.home(index_bits_);
 }
 
 uint32_t Resolver::find_pending(ProcessId target) const {

@@ -133,6 +133,7 @@ private:
     // Open-addressing index target -> slot+1 (0: empty), twice the slots, backward-shift deletion.
     std::unique_ptr<uint32_t[]> index_;
     std::size_t index_mask_ = 0;
+    unsigned index_bits_ = 1;  // index_mask_ + 1 is 2^index_bits_
     uint32_t pending_count_ = 0;
     uint64_t next_query_gen_ = 1;
     TokenBucket total_broadcasts_;

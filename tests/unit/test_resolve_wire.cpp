@@ -1,6 +1,7 @@
 // The resolution service's wire formats: process IDs, DMA address records, message framing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -37,6 +38,53 @@ TEST(ProcessId, PartyZeroMeansOwnerUnknown) {
     const ProcessId id = *parse_process_id("0.7.42");
     EXPECT_EQ(id.party(), 0);
     EXPECT_EQ(id.with_party(3), *parse_process_id("3.7.42"));
+}
+
+// How the IDs of a run fall over 2^bits homes: the longest chain and the entries a hit walks on
+// average (each entry of a chain of n costs 1..n, (n + 1) / 2 on average).
+struct Spread {
+    std::size_t longest = 0;
+    double walk = 0;
+};
+Spread spread_of(const std::vector<ProcessId>& ids, unsigned bits) {
+    std::vector<uint32_t> chain(std::size_t{1} << bits);
+    for (const ProcessId id : ids) {
+        const std::size_t h = id.home(bits);
+        EXPECT_LT(h, chain.size());
+        if (h < chain.size()) ++chain[h];
+    }
+    Spread s;
+    for (const uint32_t n : chain) {
+        s.longest = std::max<std::size_t>(s.longest, n);
+        s.walk += n * (n + 1) / 2.0;
+    }
+    s.walk /= static_cast<double>(ids.size());
+    return s;
+}
+
+// The resolution cache's buckets and the resolver's pending index take their homes from home():
+// IDs arrive in runs (a node's locals one after another; nodes, parties), and a run must not crowd
+// into a few homes, or every hit walks a chain of cache lines (65,536 sequential locals in 2^17
+// buckets by the product's middle bits: chains of up to 5, 2.8 entries walked a hit).
+TEST(ProcessId, HomeSpreadsRunsOfIdsOverTheTable) {
+    std::vector<ProcessId> seq, nodes, parties;
+    for (uint32_t i = 0; i < 65536; ++i) seq.push_back(ProcessId::make(1, 1, i));
+    for (uint16_t n = 0; n < 256; ++n)
+        for (uint32_t i = 0; i < 256; ++i) nodes.push_back(ProcessId::make(1, n, i));
+    for (uint16_t p = 1; p <= 3; ++p)
+        for (uint16_t n = 0; n < 100; ++n)
+            for (uint32_t i = 0; i < 218; ++i) parties.push_back(ProcessId::make(p, n, i));
+    for (const auto* run : {&seq, &nodes, &parties}) {
+        const Spread s = spread_of(*run, 17);  // twice the entries, as the cache's default capacity gives
+        EXPECT_LE(s.longest, 2u) << run->size() << " IDs";
+        EXPECT_LT(s.walk, 1.15) << run->size() << " IDs";
+    }
+    // Small tables too (the pending index starts at 2 homes), and the top home is reachable.
+    std::vector<ProcessId> few;
+    for (uint32_t i = 0; i < 8; ++i) few.push_back(ProcessId::make(1, 1, i));
+    EXPECT_LE(spread_of(few, 4).longest, 2u);
+    EXPECT_LT(ProcessId::make(1, 1, 0).home(1), 2u);
+    EXPECT_EQ(ProcessId{UINT64_MAX}.home(63), (UINT64_MAX * 0x9e3779b97f4a7c15ull) >> 1);
 }
 
 DmaAddress sample_record() {
