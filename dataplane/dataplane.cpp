@@ -311,6 +311,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     ParsedPacket* const p = reinterpret_cast<ParsedPacket*>(parsed_space);
     DropReason parsed[kBurst];
     uint64_t hash[kBurst];
+    uint64_t target[kBurst];  // a resolve request's target (service[j]), 0 for other service datagrams
     uint64_t bytes = 0;
     constexpr uint32_t kTargetAt = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader);
     constexpr uint32_t kRequestEnd = kTargetAt + sizeof(ResolveBody);
@@ -329,9 +330,13 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         if (service[j]) {  // the resolution service's or RoCE's: no flow, no second parse (below)
             parsed[j] = DropReason::none;
             hash[j] = Nat::kNoFlowHash;
-            // Perhaps a resolve request: the cache entry of its target (where a request has it) on its way.
-            if (f[j].dst_port == resolve_port_be_ && resolver_ != nullptr && rte_pktmbuf_data_len(m) >= kRequestEnd)
-                resolver_->prefetch(ProcessId{load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt))});
+            // Perhaps a resolve request: the cache bucket of its target (where a request has it) on
+            // its way, its entry in the next pass.
+            target[j] = 0;
+            if (f[j].dst_port == resolve_port_be_ && resolver_ != nullptr && rte_pktmbuf_data_len(m) >= kRequestEnd) {
+                target[j] = load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt));
+                resolver_->prefetch_bucket(ProcessId{target[j]});
+            }
             continue;
         }
         new (&p[j]) ParsedPacket;
@@ -349,6 +354,8 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             hash[j] = nat_.prefetch_session(Nat::key_of(f[j]), static_cast<uint32_t>(hash[j]));
         else if (hash[j] != Nat::kNoFlowHash)
             hash[j] = nat_.prefetch_session(p[j], static_cast<uint32_t>(hash[j]));
+        else if (service[j] && target[j] != 0)
+            resolver_->prefetch_entry(ProcessId{target[j]});
     }
     uint32_t established = 0;
     for (uint16_t j = 0; j < n; ++j) {

@@ -89,8 +89,9 @@ public:
     // the hit as request() does and returns the entry; otherwise counts nothing and returns a null
     // entry, and the caller makes the request() instead.
     CacheAnswer request_hit(ProcessId target, uint64_t now_ms);
-    // A request for `target` comes soon: its cache entry prefetched.
-    void prefetch(ProcessId target) const { cache_.prefetch(target); }
+    // A request for `target` comes soon: its cache entry prefetched, in two steps (ResolveCache).
+    void prefetch_bucket(ProcessId target) const { cache_.prefetch_bucket(target); }
+    void prefetch_entry(ProcessId target) const { cache_.prefetch_entry(target); }
     // A peer (index) answered query `query_id`; `record` null means "not here".
     void answer(int peer, uint64_t query_id, ProcessId target, const DmaAddress* record, uint64_t now_ms);
     // A peer asks us. Returns the local record that answers it, or null ("not here").
