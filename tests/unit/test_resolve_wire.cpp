@@ -79,12 +79,16 @@ TEST(ProcessId, HomeSpreadsRunsOfIdsOverTheTable) {
         EXPECT_LE(s.longest, 2u) << run->size() << " IDs";
         EXPECT_LT(s.walk, 1.15) << run->size() << " IDs";
     }
-    // Small tables too (the pending index starts at 2 homes), and the top home is reachable.
+    // Small tables too (the pending index starts at 2 homes): 64 sequential IDs over 16 homes use
+    // every one of them, none more than 5 times; and a home is always inside its table.
     std::vector<ProcessId> few;
-    for (uint32_t i = 0; i < 8; ++i) few.push_back(ProcessId::make(1, 1, i));
-    EXPECT_LE(spread_of(few, 4).longest, 2u);
-    EXPECT_LT(ProcessId::make(1, 1, 0).home(1), 2u);
-    EXPECT_EQ(ProcessId{UINT64_MAX}.home(63), (UINT64_MAX * 0x9e3779b97f4a7c15ull) >> 1);
+    for (uint32_t i = 0; i < 64; ++i) few.push_back(ProcessId::make(1, 1, i));
+    std::vector<uint32_t> per_home(16);
+    for (const ProcessId id : few) ++per_home.at(id.home(4));
+    EXPECT_EQ(std::count(per_home.begin(), per_home.end(), 0u), 0);
+    EXPECT_LE(*std::max_element(per_home.begin(), per_home.end()), 5u);
+    for (const uint64_t v : {uint64_t{0}, uint64_t{1}, UINT64_MAX, uint64_t{0x8000000000000000}})
+        for (const unsigned bits : {1u, 17u, 63u}) EXPECT_LT(ProcessId{v}.home(bits), std::size_t{1} << bits);
 }
 
 DmaAddress sample_record() {
