@@ -29,7 +29,7 @@ ResolveCache::ResolveCache(uint32_t capacity)
       mask_(std::bit_ceil(std::max<std::size_t>(capacity, 16)) - 1),
       bits_(static_cast<unsigned>(std::countr_zero(mask_ + 1))),
       buckets_(mask_ + 1),
-      chunk_bytes_(std::min(kChunkBytes, std::bit_ceil(std::max<std::size_t>(capacity, 16)) * sizeof(CacheEntry))) {}
+      chunk_bytes_(std::min(kChunkBytes, (mask_ + 1) * sizeof(CacheEntry))) {}
 
 // Entries are trivially destructible: the chunks go with the cache.
 static_assert(std::is_trivially_destructible_v<CacheEntry>);
