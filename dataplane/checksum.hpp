@@ -9,6 +9,7 @@
 namespace fedgate {
 
 // All values in the same byte order (whatever order the words are stored in).
+// Three 16-bit terms: a sum such as 0x1ffff is 0x10000 after one fold, so it takes two.
 constexpr uint16_t checksum_adjust(uint16_t checksum, uint16_t old_word, uint16_t new_word) {
     uint32_t sum = static_cast<uint16_t>(~checksum) + static_cast<uint32_t>(static_cast<uint16_t>(~old_word)) + new_word;
     sum = (sum & 0xffff) + (sum >> 16);
@@ -35,10 +36,11 @@ private:
     uint32_t sum_ = 0;
 };
 
-// Applies a folded delta to a stored checksum.
+// Applies a folded delta to a stored checksum. Two 16-bit terms sum to at most 0x1fffe: one
+// end-around fold leaves at most 0xffff (a second, as checksum_adjust's three terms need, never
+// changes anything here and cost three instructions on each of a forwarded packet's two checksums).
 constexpr uint16_t checksum_add(uint16_t checksum, uint16_t delta) {
     uint32_t sum = static_cast<uint16_t>(~checksum) + uint32_t{delta};
-    sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     return static_cast<uint16_t>(~sum);
 }
@@ -104,8 +106,14 @@ inline uint64_t raw_sum(const uint8_t* p, std::size_t len) {
     return sum;
 }
 
+// fold_sum(sum) == 0xffff (a checksummed span verifies), without folding: the folds keep a sum's
+// value modulo 0xffff (2^16 = 1 modulo 0xffff) and take a nonzero sum to 1..0xffff, of which only
+// 0xffff is 0 modulo 0xffff. A multiply and a compare (the compiler's modulo by a constant) instead
+// of four dependent fold steps, on every packet the lcore verifies.
+constexpr bool sums_to_ones(uint64_t sum) { return sum != 0 && sum % 0xffff == 0; }
+
 // True when a 20-byte IPv4 header (no options) sums to all ones, checksum included: five 32-bit
-// words added into 64 bits and folded, in whatever order they are stored (the test is symmetric).
-inline bool ipv4_header20_ok(const uint8_t* ip) { return fold_sum(raw_sum(ip, 20)) == 0xffff; }
+// words added into 64 bits, in whatever order they are stored (the test is symmetric).
+inline bool ipv4_header20_ok(const uint8_t* ip) { return sums_to_ones(raw_sum(ip, 20)); }
 
 }  // namespace fedgate

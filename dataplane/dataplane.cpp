@@ -273,7 +273,6 @@ void Dataplane::flush_session_events() {
 
 [[gnu::always_inline]] inline Dataplane::FastKind Dataplane::fast_candidate(const rte_mbuf* m, uint16_t in,
                                                                              FastPacket& f) const {
-    if (standby_) return FastKind::none;  // a standby takes nothing but ARP (handle() counts the rest)
     const uint8_t* d = rte_pktmbuf_mtod(m, const uint8_t*);
     if (!parse_fast(d, rte_pktmbuf_data_len(m), rx_ip_checksum(m), f)) return FastKind::none;
     // handle()'s and handle_ipv4()'s checks before the NAT, on the frames that pass them all
@@ -292,9 +291,13 @@ void Dataplane::flush_session_events() {
     const Neighbour* const n = memo != nullptr && !standby_ ? neigh_.recall(*memo, out, next_hop, now_ms_) : nullptr;
     if (n == nullptr) [[unlikely]]
         return send_ipv4(m, out, next_hop, memo);
+    queue_to(m, out, *n);
+}
+
+[[gnu::always_inline]] inline void Dataplane::queue_to(rte_mbuf* m, uint16_t out, const Neighbour& n) {
     Port& port = ports_[out];
     auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
-    std::memcpy(&eth->dst_addr, n->mac.data(), RTE_ETHER_ADDR_LEN);
+    std::memcpy(&eth->dst_addr, n.mac.data(), RTE_ETHER_ADDR_LEN);
     eth->src_addr = port.cfg.mac;
     if (port.tx_len == kTxQueueLen) [[unlikely]]
         flush();
@@ -315,12 +318,15 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     uint64_t bytes = 0;
     constexpr uint32_t kTargetAt = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader);
     constexpr uint32_t kRequestEnd = kTargetAt + sizeof(ResolveBody);
+    // A standby takes nothing but ARP (handle() counts the rest). A local: the packet stores below
+    // may alias any member, so a member would be loaded again for every packet.
+    const bool standby = standby_;
     for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
     for (uint16_t j = 0; j < n; ++j) {
         if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
         rte_mbuf* const m = pkts[j];
         bytes += rte_pktmbuf_pkt_len(m);
-        const FastKind kind = fast_candidate(m, in, f[j]);
+        const FastKind kind = standby ? FastKind::none : fast_candidate(m, in, f[j]);
         fast[j] = kind == FastKind::flow;
         service[j] = kind == FastKind::service;
         if (fast[j]) {
@@ -358,9 +364,18 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             resolver_->prefetch_entry(ProcessId{target[j]});
     }
     uint32_t established = 0;
+    // The next hop the last established flow's packet went to, as recall() vouched for it: a packet
+    // to the same (memo, port, address) next takes its MACs without asking again (a burst's flows
+    // mostly share one next hop: the peer gateway, or a node). Only the general path changes the
+    // neighbour table (learns, probes, inserts), and every packet that takes it forgets the hop;
+    // the clock recall() compares with stands still for the burst.
+    const Neighbour* hop = nullptr;
+    uint32_t hop_ip = 0;
+    uint16_t hop_memo = 0, hop_out = 0;
     for (uint16_t j = 0; j < n; ++j) {
         rte_mbuf* const m = pkts[j];
         if (!fast[j]) {
+            hop = nullptr;
             if (service[j]) {
                 if (answer_hit_in_place(m, in, f[j])) continue;
                 new (&p[j]) ParsedPacket(parsed_of_fast(rte_pktmbuf_mtod(m, const uint8_t*), f[j]));
@@ -372,10 +387,21 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             nat_.forward_established(rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(rte_ether_hdr)), f[j], in, now_ms_, hash[j]);
         if (rw != nullptr) {
             ++established;
-            send_ipv4_memo(m, rw->out_port, rw->next_hop, &rw->neigh);
+            if (hop == nullptr || rw->neigh != hop_memo || rw->out_port != hop_out || rw->next_hop != hop_ip) {
+                hop = neigh_.recall(rw->neigh, rw->out_port, rw->next_hop, now_ms_);
+                if (hop == nullptr) [[unlikely]] {  // no memo yet, or it no longer holds: look it up
+                    send_ipv4(m, rw->out_port, rw->next_hop, &rw->neigh);
+                    continue;
+                }
+                hop_memo = rw->neigh;
+                hop_out = rw->out_port;
+                hop_ip = rw->next_hop;
+            }
+            queue_to(m, hop_out, *hop);
             continue;
         }
         // Not a session's plain packet (a new flow, a FIN, another worker's, ...): the full path.
+        hop = nullptr;
         ParsedPacket full;
         const DropReason r = parse(m, full);
         handle(m, in, full, r, hash[j]);
@@ -901,7 +927,7 @@ void Dataplane::publish_gauges() {
     // Pseudo-header plus the segment, checksum included, sums to all ones when it is right.
     const uint64_t sum = uint64_t{pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, l4_len)} +
                          raw_sum(reinterpret_cast<const uint8_t*>(udp), l4_len);
-    return fold_sum(sum) == 0xffff;
+    return sums_to_ones(sum);
 }
 
 bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& f) {

@@ -411,7 +411,8 @@ private:
     // `flow` when the NAT's established-flow path may take it (Nat::forward_established), which
     // then leaves nothing for the full path to decide; `service` for a datagram to the resolution
     // or RoCE port, which handle() takes from parsed_of_fast() with no second parse and no flow
-    // hash; `none` for the rest (parsed in full).
+    // hash; `none` for the rest (parsed in full). Not for a standby (the caller asks only when
+    // active: a standby's packets all take the full path).
     enum class FastKind : uint8_t { none, flow, service };
     // A UDP datagram to the resolution port, or anything to the RoCE port: never a session's.
     bool is_service(uint8_t ip_proto, uint16_t dst_port_be) const {
@@ -423,6 +424,8 @@ private:
     // (no memo, an entry to look up or probe, a standby) is send_ipv4()'s. An established flow's
     // packet and a cache hit answered in place leave this way.
     void send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo);
+    // The frame's MACs for `n` (a next hop recall() vouched for) out of port `out`, and onto its TX queue.
+    void queue_to(rte_mbuf* m, uint16_t out, const Neighbour& n);
     void handle(rte_mbuf* m, uint16_t in);  // parses, then as below (a packet another worker counted)
     // `parsed`: parse_packet's verdict on it; `flow_hash`: Nat::prefetch_session's value, or
     // kNoFlowHash. RX counters are the caller's (a burst at a time).

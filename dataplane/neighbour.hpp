@@ -70,8 +70,11 @@ public:
     // Past its reachable time (`now_ms`) an entry is not vouched for either, even before tick()
     // marks it stale: lookup() then marks it and asks for the probe, as for a sender with no memo.
     const Neighbour* recall(uint16_t memo, uint16_t port, uint32_t ip, uint64_t now_ms) const {
-        if (memo == 0 || memo > slots_.size()) return nullptr;
-        const Neighbour& n = slots_[memo - 1u];
+        // One compare for both: memo 0 wraps past every slot; the slots are mask_ + 1 (a vector's
+        // size() is a division by the entry's 48 bytes).
+        const uint32_t i = uint32_t{memo} - 1u;
+        if (i > mask_) return nullptr;
+        const Neighbour& n = slots_[i];
         return n.ip == ip && n.port == port && n.state == Neighbour::State::reachable &&
                        (n.permanent || now_ms < n.confirmed_ms + timers_.reachable_ms)
                    ? &n

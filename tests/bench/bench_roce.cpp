@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -136,6 +137,8 @@ int run(const std::string& file, unsigned long seconds, unsigned long mb) {
     close_port(in);
     close_port(ex);
     rte_eal_cleanup();
+    // The EAL leaves its (empty, with --no-shconf) runtime directory behind: one per run otherwise.
+    std::filesystem::remove_all("/var/run/dpdk/" + prefix);
     return 0;
 }
 

@@ -128,7 +128,8 @@ bench_huge_init
 cleanup() {
     stop_all
     bench_huge_release
-    rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX"
+    rm -rf "$WORK" "/var/run/dpdk/$TP_PREFIX" "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$FG_PREFIX-b" "/var/run/dpdk/$TP_PREFIX-io" \
+        "/var/run/dpdk/$TP_PREFIX-5tswap"
 }
 trap cleanup EXIT
 

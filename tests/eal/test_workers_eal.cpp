@@ -27,6 +27,9 @@ constexpr uint16_t kWorkers = 2;
 constexpr int kFlows = 64;
 
 const Mac kNodeMac{0x02, 0, 0, 0, 1, 0x0a}, kPeerMac{0x02, 0, 0, 0, 2, 0x01}, kOtherNodeMac{0x02, 0, 0, 0, 1, 0x0b};
+// A second node with a configured neighbour entry, as kNode has.
+constexpr const char* kThirdNode = "198.18.1.12";
+const Mac kThirdNodeMac{0x02, 0, 0, 0, 1, 0x0c};
 
 MacAddr mac_addr(const Mac& m) {
     MacAddr a;
@@ -64,7 +67,7 @@ protected:
         }
         std::vector<DpPortConfig> pc(2);
         pc[0] = {handles_[0].port_id, PortRole::internal, handles_[0].mac, net_addr(kInternalAddr), 24, 0,
-                 {{net_addr(kNode), mac_addr(kNodeMac)}}, false};
+                 {{net_addr(kNode), mac_addr(kNodeMac)}, {net_addr(kThirdNode), mac_addr(kThirdNodeMac)}}, false};
         pc[1] = {handles_[1].port_id, PortRole::external, handles_[1].mac, net_addr(kExternalAddr), 24, 0,
                  {{net_addr(kPeer), mac_addr(kPeerMac)}}, false};
         import_.peer_addr = net_addr(kPeer);
@@ -309,6 +312,64 @@ TEST_F(WorkersTest, AnEstablishedFlowsPacketsLeaveTheFastPathExactlyAsBuiltFromS
     EXPECT_EQ(dps_[w]->nat_counters().fast_path.get(), 2u);
     EXPECT_EQ(fast_path(), 2u);
     EXPECT_EQ(dps_[w]->nat_counters().translated.get(), 4u);
+}
+
+// The established-flow path keeps the last packet's next hop for the packets after it in the burst.
+// Replies of two sessions toward two nodes, interleaved in one burst with a peer's ARP request among
+// them (the full path's, which makes the next packet look its hop up again): every packet leaves
+// with its own node's MAC, in order, all of them on the established-flow path.
+TEST_F(WorkersTest, OneBurstToTwoNextHopsGivesEachPacketItsOwnHopsMac) {
+    struct Flow {
+        const char* node;
+        Mac mac;
+        uint16_t node_port = 0, port = 0;
+    };
+    Flow flows[2] = {{kNode, kNodeMac}, {kThirdNode, kThirdNodeMac}};
+    uint16_t w = kWorkers;
+    uint16_t next_port = 42000;
+    for (Flow& f : flows) {
+        // A session whose port is worker w's (the first one's decides w).
+        while (f.port == 0 && next_port < 42100) {
+            const uint16_t np = next_port++;
+            receive(0, 0, PacketBuilder().eth(gw_in_, f.mac).ipv4(f.node, kInternalAddr, 64, 1).tcp(np, kImportTcpPort, kSyn, 100).build());
+            settle();
+            uint16_t port = 0;
+            for (const auto& q : sent(1))
+                for (const auto& frame : q) port = be16_at(frame, 14 + 20);
+            ASSERT_NE(port, 0u);
+            if (w == kWorkers) w = port % kWorkers;
+            if (port % kWorkers == w) f.node_port = np, f.port = port;
+        }
+        ASSERT_NE(f.port, 0u) << "no session of " << f.node << " on worker " << w;
+        receive(1, w, PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, 7).tcp(kPeerTcpPort, f.port, kSyn | kAck, 9000).build());
+        settle();
+        ASSERT_EQ(sent(0)[w].size(), 1u);
+    }
+    const auto reply = [&](const Flow& f, uint16_t id) {
+        return PacketBuilder().eth(gw_ext_, kPeerMac).ipv4(kPeer, kExternalAddr, 64, id).tcp(kPeerTcpPort, f.port, kAck, 9001).payload(16, static_cast<uint8_t>(id)).build();
+    };
+    const auto delivered = [&](const Flow& f, uint16_t id) {
+        return PacketBuilder().eth(f.mac, gw_in_).ipv4(kInternalAddr, f.node, 63, id).tcp(kImportTcpPort, f.node_port, kAck, 9001).payload(16, static_cast<uint8_t>(id)).build();
+    };
+    const uint64_t fast_before = dps_[w]->nat_counters().fast_path.get();
+    const int order[] = {0, 1, 1, -1, 0, 1, 0};  // -1: the ARP request
+    for (uint16_t i = 0; i < std::size(order); ++i)
+        receive(1, w, order[i] < 0 ? PacketBuilder().eth(Mac{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, kPeerMac)
+                                         .arp(1, kPeerMac, kPeer, Mac{}, kExternalAddr).build()
+                                   : reply(flows[order[i]], static_cast<uint16_t>(20 + i)));
+    ASSERT_EQ(dps_[w]->poll_once(), std::size(order)) << "one burst";
+    settle();
+    const auto out = sent(0);
+    ASSERT_EQ(out[w].size(), std::size(order) - 1);
+    std::size_t k = 0;
+    for (uint16_t i = 0; i < std::size(order); ++i) {
+        if (order[i] < 0) continue;
+        EXPECT_EQ(out[w][k++], delivered(flows[order[i]], static_cast<uint16_t>(20 + i))) << "packet " << i;
+    }
+    EXPECT_EQ(dps_[w]->nat_counters().fast_path.get() - fast_before, std::size(order) - 1);
+    const auto answered = sent(1);
+    ASSERT_EQ(answered[w].size(), 1u);  // the ARP request's reply, from the worker that took it in
+    EXPECT_EQ(be16_at(answered[w][0], 12), 0x0806);
 }
 
 // The established-flow path makes the full path's checks before the NAT: a session's own packet

@@ -44,6 +44,56 @@ TEST(Checksum, RawSumFoldsToDpdksSumOnEveryLengthAndAlignment) {
     }
 }
 
+// sums_to_ones(s) is fold_sum(s) == 0xffff without the folds: on the edges (0, the multiples of
+// 0xffff, their neighbours, the widest sums) and on random sums of every width.
+TEST(Checksum, SumsToOnesIsTheFoldedSumBeingAllOnes) {
+    std::vector<uint64_t> sums{0, 1, 0xfffe, 0xffff, 0x10000, 0x1fffe, 0x1ffff, 0xffffffff, 0x100000000,
+                               0xffffffffffffffffull, 0xfffffffffffffffeull, 0xffffull * 0x10001};
+    for (uint64_t k = 1; k < 4096; ++k) {
+        sums.push_back(k * 0xffff);
+        sums.push_back(k * 0xffff + 1);
+        sums.push_back(k * 0xffff - 1);
+    }
+    std::mt19937_64 rng(5);
+    for (int i = 0; i < 200000; ++i) {
+        const uint64_t r = rng() >> (rng() % 64);
+        sums.push_back(r);
+        sums.push_back(r / 0xffff * 0xffff);
+    }
+    int ones = 0;
+    for (uint64_t s : sums) {
+        ASSERT_EQ(sums_to_ones(s), fold_sum(s) == 0xffff) << "sum " << s;
+        ones += sums_to_ones(s);
+    }
+    EXPECT_GT(ones, 100000);  // both answers were asked for
+}
+
+// checksum_add folds once (two 16-bit terms), checksum_adjust twice (three: 0x1ffff needs both): they
+// agree with a sum folded until nothing carries, for every stored checksum with a spread of deltas
+// (all of the extremes among them), and for random word changes and every term at its extremes.
+TEST(Checksum, AddingADeltaAndChangingAWordAgreeWithAFullFold) {
+    const auto full = [](uint64_t sum) {
+        while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+        return static_cast<uint16_t>(~sum);
+    };
+    std::vector<uint16_t> deltas{0, 1, 0x7fff, 0x8000, 0xfffe, 0xffff};
+    std::mt19937 rng(9);
+    for (int i = 0; i < 250; ++i) deltas.push_back(static_cast<uint16_t>(rng()));
+    for (uint32_t c = 0; c <= 0xffff; ++c)
+        for (uint16_t d : deltas)
+            ASSERT_EQ(checksum_add(static_cast<uint16_t>(c), d), full(uint64_t{static_cast<uint16_t>(~c)} + d))
+                << "checksum " << c << ", delta " << d;
+    for (int i = 0; i < 2000000; ++i) {
+        const auto c = static_cast<uint16_t>(rng()), o = static_cast<uint16_t>(rng()), n = static_cast<uint16_t>(rng());
+        ASSERT_EQ(checksum_adjust(c, o, n),
+                  full(uint64_t{static_cast<uint16_t>(~c)} + static_cast<uint16_t>(~o) + n));
+    }
+    for (uint16_t c : {0, 1, 0xfffe, 0xffff})  // every term at its extremes
+        for (uint16_t o : {0, 1, 0xfffe, 0xffff})
+            for (uint16_t n : {0, 1, 0xfffe, 0xffff})
+                EXPECT_EQ(checksum_adjust(c, o, n), full(uint64_t{static_cast<uint16_t>(~c)} + static_cast<uint16_t>(~o) + n));
+}
+
 TEST(Checksum, TheTwentyByteHeaderCheckAgreesWithTheBuildersSum) {
     std::mt19937 rng(11);
     int good = 0;
