@@ -48,7 +48,8 @@ TEST(Checksum, RawSumFoldsToDpdksSumOnEveryLengthAndAlignment) {
 // 0xffff, their neighbours, the widest sums) and on random sums of every width.
 TEST(Checksum, SumsToOnesIsTheFoldedSumBeingAllOnes) {
     std::vector<uint64_t> sums{0, 1, 0xfffe, 0xffff, 0x10000, 0x1fffe, 0x1ffff, 0xffffffff, 0x100000000,
-                               0xffffffffffffffffull, 0xfffffffffffffffeull, 0xffffull * 0x10001};
+                               0xffffffffffffffffull, 0xfffffffffffffffeull, 0xffffull * 0x10001,
+                               0xffffffffffffffffull - 0xffff, 0xffffffffffffffffull - 0x10000, 0xffffffffffffffffull - 0xfffe};
     for (uint64_t k = 1; k < 4096; ++k) {
         sums.push_back(k * 0xffff);
         sums.push_back(k * 0xffff + 1);
