@@ -418,7 +418,8 @@ print(f"64-byte TCP SYNs, net_pcap infinite_rx -> net_null, lcore 1, {memory}; M
 print(f"  paired turns (tests/bench/paired.py): {rounds} rounds of a {slice_s} s slice each for testpmd io,")
 print("  testpmd 5tswap, fedgated" + (f" and fedgated_b ({sys.argv[5]})" if b else "") + ": all up at once, each stopped")
 print("  but in its turn; rates are the medians of the slices, ratios the medians of each round's own")
-print("  ratio (lowest-highest)")
+print("  ratio (lowest-highest) [an interval holding that median with at least 95% probability: a")
+print("  difference between the builds is measured where b/fedgated's leaves out 1]")
 rows, ok = [], True
 for run, n in enumerate(sys.argv[6:]):
     rate, ratio, sessions = {}, {}, "-"
@@ -426,20 +427,22 @@ for run, n in enumerate(sys.argv[6:]):
     for line in open(path) if os.path.exists(path) else []:
         w = line.split()
         if w[0] == "rate": rate[w[1]] = int(w[2])
-        elif w[0] == "ratio" and w[3] != "-": ratio[(w[1], w[2])] = (float(w[3]), float(w[4]), float(w[5]))
+        elif w[0] == "ratio" and w[3] != "-":
+            ci = tuple(float(x) for x in w[6:8]) if len(w) >= 8 and w[6] != "-" else None
+            ratio[(w[1], w[2])] = (float(w[3]), float(w[4]), float(w[5]), ci)
         elif w[0] == "sessions": sessions = w[1]
     rows.append((n, rate, ratio, sessions))
     ok = ok and all(rate.get(k, 0) > 0 for k in ("io", "5tswap", "fedgated") + (("fedgated_b",) if b else ()))
 two = any("fedgated_b" in r[1] for r in rows)
-print(f"{'flows':>9} {'fedgated':>9} {'5tswap':>7} {'io':>7} {'/5tswap (range)':>20} {'/io':>5}"
-      + (f" {'fedgated_b':>10} {'b/5tswap (range)':>20} {'b/fedgated (range)':>20}" if two else "") + f" {'sessions':>9}")
-def cell(r): return f"{r[0]:.2f} ({r[1]:.2f}-{r[2]:.2f})" if r else "-"
+print(f"{'flows':>9} {'fedgated':>9} {'5tswap':>7} {'io':>7} {'/5tswap (range) [95%]':>32} {'/io':>5}"
+      + (f" {'fedgated_b':>10} {'b/5tswap (range) [95%]':>32} {'b/fedgated (range) [95%]':>32}" if two else "") + f" {'sessions':>9}")
+def cell(r): return f"{r[0]:.2f} ({r[1]:.2f}-{r[2]:.2f})" + (f" [{r[3][0]:.2f}-{r[3][1]:.2f}]" if r[3] else "") if r else "-"
 for n, rate, ratio, sessions in rows:
     line = (f"{n:>9} {rate.get('fedgated', 0) / 1e6:>9.2f} {rate.get('5tswap', 0) / 1e6:>7.2f} {rate.get('io', 0) / 1e6:>7.2f} "
-            f"{cell(ratio.get(('fedgated', '5tswap'))):>20} {rate.get('fedgated', 0) / rate['io'] if rate.get('io') else 0:>5.2f}")
+            f"{cell(ratio.get(('fedgated', '5tswap'))):>32} {rate.get('fedgated', 0) / rate['io'] if rate.get('io') else 0:>5.2f}")
     if two:
-        line += (f" {rate.get('fedgated_b', 0) / 1e6:>10.2f} {cell(ratio.get(('fedgated_b', '5tswap'))):>20}"
-                 f" {cell(ratio.get(('fedgated_b', 'fedgated'))):>20}")
+        line += (f" {rate.get('fedgated_b', 0) / 1e6:>10.2f} {cell(ratio.get(('fedgated_b', '5tswap'))):>32}"
+                 f" {cell(ratio.get(('fedgated_b', 'fedgated'))):>32}")
     print(line + f" {sessions:>9}")
 sys.exit(0 if ok else 1)
 PY

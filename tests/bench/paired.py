@@ -18,12 +18,17 @@ Forwarders:
 The forwarder --reference names is what the ratios are against (and --also-against's, where given).
 
 Output: a line per slice ("slice ROUND NAME PPS"), then "rate NAME MEDIAN_PPS MIN MAX" per forwarder
-and "ratio NAME REFERENCE MEDIAN MIN MAX" per other forwarder (and against --also-against's). Every forwarder started here is
-stopped at exit; every one the caller started is left running (SIGCONT), for the caller to stop.
+and "ratio NAME REFERENCE MEDIAN MIN MAX LO HI" per other forwarder (and against --also-against's):
+LO-HI is an interval that holds the median of the rounds' ratios with a probability of at least
+95% (median_ci: order statistics, no assumption about how the ratios spread; "- -" below 6 rounds).
+A difference between two builds is measured when their interval leaves out 1. Every forwarder
+started here is stopped at exit; every one the caller started is left running (SIGCONT), for the
+caller to stop.
 """
 import argparse
 import ctypes
 import json
+import math
 import os
 import select
 import signal
@@ -37,6 +42,21 @@ import time
 def die(msg):
     print(f"paired: {msg}", file=sys.stderr)
     sys.exit(1)
+
+
+def median_ci(values, level=0.95):
+    """A distribution-free interval for the median of what `values` sample: (the k-th lowest, the
+    k-th highest) of them, with k the largest for which Binomial(n, 1/2) puts at most (1 - level) / 2
+    below k (so each end misses the median that seldom, whatever the distribution). None when n is
+    too small for the level (under 6 values at 95%)."""
+    x, n = sorted(values), len(values)
+    tail, cum, k = (1 - level) / 2, 0, 0
+    for j in range(n):
+        cum += math.comb(n, j)
+        if cum / 2**n > tail:
+            break
+        k = j + 1
+    return (x[k - 1], x[n - k]) if k else None
 
 
 class Testpmd:
@@ -177,9 +197,11 @@ def main():
                     continue
                 ratios = [x / y for x, y in zip(rates[name], ref) if y > 0]
                 if ratios:
-                    print(f"ratio {name} {against} {statistics.median(ratios):.3f} {min(ratios):.3f} {max(ratios):.3f}")
+                    ci = median_ci(ratios)
+                    print(f"ratio {name} {against} {statistics.median(ratios):.3f} {min(ratios):.3f} {max(ratios):.3f} "
+                          + (f"{ci[0]:.3f} {ci[1]:.3f}" if ci else "- -"))
                 else:
-                    print(f"ratio {name} {against} - - -")
+                    print(f"ratio {name} {against} - - - - -")
     finally:
         for f in fwd:
             f.close()

@@ -333,23 +333,26 @@ rate, ratio = {}, {}
 for line in open(sys.argv[1]):
     w = line.split()
     if w[0] == "rate": rate[w[1]] = (int(w[2]), int(w[3]), int(w[4]))
-    elif w[0] == "ratio" and w[3] != "-": ratio[w[1], w[2]] = tuple(float(x) for x in w[3:6])
+    elif w[0] == "ratio" and w[3] != "-":
+        ci = f" [95%: {float(w[6]):.2f}-{float(w[7]):.2f}]" if len(w) >= 8 and w[6] != "-" else ""
+        ratio[w[1], w[2]] = tuple(float(x) for x in w[3:6]) + (ci,)
 with_b = "fedgated_b" in rate  # paired.py gives a rate line for every forwarder in the turns
 r = json.load(open(sys.argv[2]))
 reasons = {k: v for k, v in r["drops_by_reason"].items() if v}
 fg, sw, io = (rate.get(k, (0, 0, 0)) for k in ("fedgated", "5tswap", "io"))
-print(f"RESULT part 1: paired turns, {sys.argv[3]} rounds of {sys.argv[4]} s slices (medians, lowest-highest)")
+print(f"RESULT part 1: paired turns, {sys.argv[3]} rounds of {sys.argv[4]} s slices (medians, lowest-highest,"
+      " [an interval holding the median ratio with at least 95% probability, from 6 rounds])")
 print(f"RESULT part 1: fedgated replies/s {fg[0] / 1e6:.2f} M ({fg[1] / 1e6:.2f}-{fg[2] / 1e6:.2f}); testpmd 5tswap pkts/s "
       f"{sw[0] / 1e6:.2f} M ({sw[1] / 1e6:.2f}-{sw[2] / 1e6:.2f}); io {io[0] / 1e6:.2f} M")
 f = ratio.get(("fedgated", "5tswap"))
-print(f"RESULT part 1: ratio fedgated replies/testpmd 5tswap {f[0]:.2f} ({f[1]:.2f}-{f[2]:.2f}), paired" if f
+print(f"RESULT part 1: ratio fedgated replies/testpmd 5tswap {f[0]:.2f} ({f[1]:.2f}-{f[2]:.2f}){f[3]}, paired" if f
       else "RESULT part 1: ratio: nothing measured")
 fb = rate.get("fedgated_b", (0, 0, 0))
 if with_b:
     print(f"RESULT part 1: fedgated_b replies/s {fb[0] / 1e6:.2f} M ({fb[1] / 1e6:.2f}-{fb[2] / 1e6:.2f})")
     for against, what in (("5tswap", "testpmd 5tswap"), ("fedgated", "fedgated")):
         b = ratio.get(("fedgated_b", against))
-        print(f"RESULT part 1: ratio fedgated_b replies/{what} {b[0]:.2f} ({b[1]:.2f}-{b[2]:.2f}), paired" if b
+        print(f"RESULT part 1: ratio fedgated_b replies/{what} {b[0]:.2f} ({b[1]:.2f}-{b[2]:.2f}){b[3]}, paired" if b
               else f"RESULT part 1: ratio fedgated_b/{what}: nothing measured")
 print(f"RESULT part 1: ratio fedgated replies/testpmd io {fg[0] / io[0]:.2f} (of the medians)" if io[0] else
       "RESULT part 1: ratio: testpmd io measured nothing")
