@@ -111,8 +111,8 @@ inline uint64_t raw_sum(const uint8_t* p, std::size_t len) {
 // 0xffff is 0 modulo 0xffff. Divisibility by the odd 0xffff as one multiply and a compare: times
 // 0xffff's inverse modulo 2^64, exactly the multiples of 0xffff land at or below (2^64 - 1) / 0xffff
 // (the multiple q * 0xffff goes to q, and the map is one to one). Written out, not `sum % 0xffff`:
-// GCC chose a 64-bit `div` for that in some functions (a cache hit's request check), a sixth of
-// that function's time in `perf`.
+// GCC chose a 64-bit `div` for that in some functions (a cache hit's request check: a sixth of
+// that function's samples in `perf`, though the out-of-order core hid it from the throughput).
 constexpr uint64_t kInverseOfFfff = 0xfffefffefffeffffull;  // 0xffff * this == 1 (mod 2^64)
 constexpr uint64_t kMultiplesOfFfffBelow = UINT64_MAX / 0xffff;
 static_assert(0xffffull * kInverseOfFfff == 1);
