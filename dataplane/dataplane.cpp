@@ -121,6 +121,7 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
         checks_[i].subnet_broadcast =
             ports[i].prefix_len == 0 || ports[i].prefix_len >= 31 ? 0 : ports[i].addr | ~ports_[i].mask;
         addrs_[i] = ports[i].addr;
+        addr_filter_ |= uint64_t{1} << addr_bit(ports[i].addr);
         for (const auto& [ip, mac] : ports[i].static_neighbours)
             if (!neigh_.add_permanent(static_cast<uint16_t>(i), ip, mac))
                 throw std::invalid_argument("neighbour table too small for the static neighbours");
@@ -370,8 +371,11 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     // neighbour table (learns, probes, inserts), and every packet that takes it forgets the hop;
     // the clock recall() compares with stands still for the burst.
     const Neighbour* hop = nullptr;
-    uint32_t hop_ip = 0;
-    uint16_t hop_memo = 0, hop_out = 0;
+    uint64_t hop_word = 0;  // NatRewrite::hop_word() of the packet that set `hop`
+    // hop's frame head: its MAC and the port's (12 bytes as 8 and 4), written by two stores.
+    Port* hop_port = nullptr;
+    uint64_t hop_l2_lo = 0;
+    uint32_t hop_l2_hi = 0;
     for (uint16_t j = 0; j < n; ++j) {
         rte_mbuf* const m = pkts[j];
         if (!fast[j]) {
@@ -387,17 +391,27 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             nat_.forward_established(rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(rte_ether_hdr)), f[j], in, now_ms_, hash[j]);
         if (rw != nullptr) {
             ++established;
-            if (hop == nullptr || rw->neigh != hop_memo || rw->out_port != hop_out || rw->next_hop != hop_ip) {
+            const uint64_t word = rw->hop_word();
+            if (hop == nullptr || word != hop_word) {
                 hop = neigh_.recall(rw->neigh, rw->out_port, rw->next_hop, now_ms_);
                 if (hop == nullptr) [[unlikely]] {  // no memo yet, or it no longer holds: look it up
                     send_ipv4(m, rw->out_port, rw->next_hop, &rw->neigh);
                     continue;
                 }
-                hop_memo = rw->neigh;
-                hop_out = rw->out_port;
-                hop_ip = rw->next_hop;
+                hop_word = word;
+                hop_port = &ports_[rw->out_port];
+                unsigned char l2[12];
+                std::memcpy(l2, hop->mac.data(), RTE_ETHER_ADDR_LEN);
+                std::memcpy(l2 + RTE_ETHER_ADDR_LEN, &hop_port->cfg.mac, RTE_ETHER_ADDR_LEN);
+                std::memcpy(&hop_l2_lo, l2, 8);
+                std::memcpy(&hop_l2_hi, l2 + 8, 4);
             }
-            queue_to(m, hop_out, *hop);
+            uint8_t* const eth = rte_pktmbuf_mtod(m, uint8_t*);
+            std::memcpy(eth, &hop_l2_lo, 8);
+            std::memcpy(eth + 8, &hop_l2_hi, 4);
+            if (hop_port->tx_len == kTxQueueLen) [[unlikely]]
+                flush();
+            hop_port->tx[hop_port->tx_len++] = m;
             continue;
         }
         // Not a session's plain packet (a new flow, a FIN, another worker's, ...): the full path.

@@ -520,7 +520,11 @@ private:
     void tx_to(rte_mbuf* m, uint16_t out, const rte_ether_addr& dst);
     void flush();
     void drop(rte_mbuf* m, uint16_t port, DropReason r);
+    // A bit per port address among 64 (addr_bit()): most addresses, none of ours, are told apart by
+    // one test, and only the rest look at each port's.
+    static unsigned addr_bit(uint32_t ip) { return (ip * 0x9e3779b1u) >> 26; }
     bool owns_address(uint32_t ip) const {
+        if (((addr_filter_ >> addr_bit(ip)) & 1) == 0) return false;
         for (std::size_t i = 0; i < nports_; ++i)
             if (addrs_[i] == ip) return true;
         return false;
@@ -536,6 +540,7 @@ private:
     std::size_t nports_;
     std::unique_ptr<PortCheck[]> checks_;  // by port index, from ports_'s configuration
     std::unique_ptr<uint32_t[]> addrs_;    // each port's address (network order), for owns_address()
+    uint64_t addr_filter_ = 0;             // bit addr_bit(a) set for each a of addrs_
     std::vector<DpPortConfig> port_cfgs_;  // for route(); off the per-packet path
     static int route_for_nat(const void* self, uint32_t dst, uint32_t* next_hop);
     static std::vector<NatPort> nat_ports(const std::vector<DpPortConfig>& ports);

@@ -253,7 +253,7 @@ inline void Nat::apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrit
 
 inline NatRewrite* Nat::forward_established(uint8_t* l3, const FastPacket& f, uint16_t in_port, uint64_t now_ms,
                                             uint64_t flow_hash) {
-    const SessionTable::Hit hit = sessions_.find_hinted(key_of(f), flow_hash);
+    const SessionTable::Hit hit = sessions_.find_hinted_by(flow_hash, [&f] { return key_of(f); });
     Session* const s = hit.session;
     if (s == nullptr || s->rw[1 - hit.dir].out_port != in_port || l3[8] <= 1) return nullptr;
     uint32_t timeout = cfg_.timeouts.udp_ms;

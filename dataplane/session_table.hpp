@@ -5,19 +5,31 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <rte_hash_crc.h>
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 #include "dataplane/table_memory.hpp"
 
 namespace fedgate {
 
-// CRC32-C of a 64-bit word (the SSE4.2 instruction where the CPU has it; DPDK picks at start-up).
-inline uint32_t crc32c_u64(uint64_t v, uint32_t init) { return rte_hash_crc_8byte(v, init); }
+// CRC32-C of a 64-bit word. Where the build targets SSE4.2 (DPDK's x86 builds do), the instruction
+// itself: rte_hash_crc_8byte() tests at every call which one DPDK picked at start-up. Elsewhere
+// DPDK's pick; the value is the same either way.
+inline uint32_t crc32c_u64(uint64_t v, uint32_t init) {
+#if defined(__SSE4_2__)
+    return static_cast<uint32_t>(_mm_crc32_u64(init, v));
+#else
+    return rte_hash_crc_8byte(v, init);
+#endif
+}
 
 // A flow as a packet arrives: addresses and ports in network byte order. 16 bytes, no padding bits
 // left undefined (pad is zero), so it hashes and compares as raw bytes.
@@ -41,10 +53,20 @@ struct NatRewrite {
     uint16_t sport = 0, dport = 0;  // network order
     uint32_t next_hop = 0;          // network order
     uint16_t out_port = 0;          // the gateway's port index
+    uint16_t neigh = 0;             // the next hop's neighbour entry (NeighbourTable::memo_of), 0: none yet
     uint16_t l3_delta = 0;          // one's-complement sum to add to the IPv4 header checksum (TTL - 1 included)
     uint16_t l4_delta = 0;          // ... to the TCP/UDP checksum (pseudo-header and ports)
-    uint16_t neigh = 0;             // the next hop's neighbour entry (NeighbourTable::memo_of), 0: none yet
+
+    // Where the packet goes, (next_hop, out_port, neigh), as one word: packets whose words are
+    // equal leave by the same neighbour entry, told in one compare.
+    uint64_t hop_word() const {
+        uint64_t w;
+        std::memcpy(&w, reinterpret_cast<const unsigned char*>(this) + offsetof(NatRewrite, next_hop), sizeof w);
+        return w;
+    }
 };
+static_assert(offsetof(NatRewrite, out_port) == offsetof(NatRewrite, next_hop) + 4 &&
+              offsetof(NatRewrite, neigh) == offsetof(NatRewrite, next_hop) + 6, "hop_word() reads the three");
 
 // One cache line holds everything a packet of either direction reads or writes once its key has
 // matched in the index (which keeps its own copy of the key): both rewrites (the other direction's
@@ -118,8 +140,14 @@ public:
     // hint is the answer and neither the slot nor the key is read again; otherwise the key is looked
     // up afresh, so a stale hint never changes the outcome. `hint` must be k's own.
     Hit find_hinted(const FlowKey& k, uint64_t hint) {
+        return find_hinted_by(hint, [&k]() -> const FlowKey& { return k; });
+    }
+    // The same, the key made by key_of() only where the hint is stale: the fast path's packets do
+    // not build it on the stack for a call they do not make.
+    template <typename KeyOf>
+    [[gnu::always_inline]] Hit find_hinted_by(uint64_t hint, KeyOf&& key_of) {
         if (static_cast<uint32_t>(hint) != epoch_) [[unlikely]]
-            return find(k);
+            return find(key_of());
         const uint32_t ref = static_cast<uint32_t>(hint >> 32);
         if (ref == kEmpty) return {};
         return {&pool_[session_of(ref)], static_cast<uint8_t>(ref & 1)};

@@ -272,6 +272,9 @@ TEST_F(DataplaneTest, GarbageIsDroppedAndCountedWithItsReason) {
         {"transit", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", "198.18.2.10").udp(5, 6).build(), DropReason::ipv4_not_for_us},
         {"fragment", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).fragment(true, 0).icmp(8, 0, 1, 1).build(), DropReason::ipv4_fragment},
         {"spoofed source", PacketBuilder().eth(gw_in_, kNode).ipv4(kExternalIp, kInternalIp).icmp(8, 0, 1, 1).build(), DropReason::ipv4_bad_source},
+        // Of the fast path's shape: owns_address()'s filter must let both of our addresses through to the compare.
+        {"spoofed source, udp", PacketBuilder().eth(gw_in_, kNode).ipv4(kExternalIp, kInternalIp).udp(5, 6).build(), DropReason::ipv4_bad_source},
+        {"our own source, tcp", PacketBuilder().eth(gw_in_, kNode).ipv4(kInternalIp, kInternalIp).tcp(5, 6, 0x10).build(), DropReason::ipv4_bad_source},
         {"timestamp request", PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp).icmp(13, 0, 1, 1).build(), DropReason::icmp_unhandled},
         {"arp bad sender", PacketBuilder().eth(test::kBroadcast, kNode).arp(1, kNode, "198.18.9.9", {}, kInternalIp).build(), DropReason::arp_bad_sender},
     };
