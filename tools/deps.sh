@@ -20,6 +20,8 @@ PKGS=(
   pybind11-dev python3-dev python3-pytest python3-numpy python3-grpcio
   # test topology and traffic
   iproute2 iputils-ping ethtool procps python3 python3-scapy iperf3 curl nftables tshark sockperf
+  # the data plane's instructions a packet, counted by stepping it (nat_bench.sh NAT_BENCH_INSNS)
+  gdb
   # the service and man pages: systemd-analyze verify, groff and man to render them
   systemd groff-base man-db
   # Debian packages (tools/package.sh, tests/install/packages.sh): dpkg-shlibdeps computes Depends

@@ -56,7 +56,15 @@
 #                                          not used then; no new-session rate is measured.
 #   NAT_BENCH_SLICE=2                      paired: seconds of one slice (0.5..30)
 #   NAT_BENCH_FEDGATED_B=PATH              paired: a second fedgated binary in the turns (another
-#                                          build's), so that two builds are compared slice by slice
+#                                          build's), so that two builds are compared slice by slice;
+#                                          with NAT_BENCH_INSNS, traced after the first
+#   NAT_BENCH_INSNS=0                      K > 0: no timing and no testpmd; for each N the daemon's
+#                                          instructions a packet in Dataplane::handle_burst (callees
+#                                          included), counted exactly by stepping K bursts under gdb
+#                                          (tests/bench/insn_trace.py) once every flow has its session:
+#                                          a figure the machine's load does not move, for changes of a
+#                                          few percent that timing on a shared VM cannot resolve
+#        nat_bench.sh BUILD_DIR --smoke-insns  (CI: the instruction count, 1024 flows, one burst)
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: nat_bench.sh BUILD_DIR [SECONDS] | --smoke}")
 SMOKE=0
@@ -69,6 +77,10 @@ elif [[ ${2:-} == --smoke-paired ]]; then
     bench_smoke_guard "$BUILD" "EAL"
     # A second daemon (the same build) in the turns too, so that the comparison of builds is run.
     SMOKE=1 SECS=5 FLOWS=1024 HUGE=0 ROUNDS=1 PAIRED=2 SLICE=1 FEDGATED_B=$BUILD/controlplane/fedgated
+elif [[ ${2:-} == --smoke-insns ]]; then
+    source "$(dirname "$0")/smoke.sh"
+    bench_smoke_guard "$BUILD" "EAL, gdb attaching to the daemon"
+    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0 ROUNDS=1 PAIRED=0 INSNS=1
 else
     SECS=${2:-10}
     FLOWS=${NAT_BENCH_FLOWS:-1024 65536 1048576}
@@ -78,7 +90,12 @@ else
     PAIRED=${NAT_BENCH_PAIRED:-0}
     SLICE=${NAT_BENCH_SLICE:-2}
     FEDGATED_B=${NAT_BENCH_FEDGATED_B:-}
+    INSNS=${NAT_BENCH_INSNS:-0}
 fi
+INSNS=${INSNS:-0}
+[[ $INSNS =~ ^[0-9]+$ ]] && ((INSNS <= 20)) ||
+    { echo "nat_bench: NAT_BENCH_INSNS must be 0..20 (bursts to step through; 0: no instruction count), got '$INSNS'" >&2; exit 2; }
+((INSNS == 0 || PAIRED == 0)) || { echo "nat_bench: NAT_BENCH_INSNS and NAT_BENCH_PAIRED are two different runs: set one" >&2; exit 2; }
 SLICE=${SLICE:-2}
 FEDGATED_B=${FEDGATED_B:-}
 [[ $PAIRED =~ ^[0-9]+$ ]] && ((PAIRED <= 100)) ||
@@ -86,7 +103,8 @@ FEDGATED_B=${FEDGATED_B:-}
 [[ $SLICE =~ ^[0-9]+(\.[0-9]+)?$ ]] && python3 -c "import sys; sys.exit(not 0.5 <= float(sys.argv[1]) <= 30)" "$SLICE" ||
     { echo "nat_bench: NAT_BENCH_SLICE must be 0.5..30 seconds, got '$SLICE'" >&2; exit 2; }
 if [[ -n $FEDGATED_B ]]; then
-    ((PAIRED > 0)) || { echo "nat_bench: NAT_BENCH_FEDGATED_B needs NAT_BENCH_PAIRED (the two builds take turns)" >&2; exit 2; }
+    ((PAIRED > 0 || INSNS > 0)) ||
+        { echo "nat_bench: NAT_BENCH_FEDGATED_B needs NAT_BENCH_PAIRED (the two builds take turns) or NAT_BENCH_INSNS" >&2; exit 2; }
     [[ -x $FEDGATED_B ]] || { echo "nat_bench: NAT_BENCH_FEDGATED_B '$FEDGATED_B' is not an executable file" >&2; exit 2; }
 fi
 PACKETS=${PACKETS:-0}
@@ -106,6 +124,7 @@ done
 [[ $TP_MBUF_SIZE =~ ^[0-9]+$ ]] && ((TP_MBUF_SIZE >= 256)) || { echo "nat_bench: NAT_BENCH_TP_MBUF_SIZE must be >= 256" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "nat_bench: run as root (EAL)" >&2; exit 1; }
 command -v dpdk-testpmd >/dev/null || { echo "nat_bench: dpdk-testpmd not found (apt-get install dpdk-dev)" >&2; exit 1; }
+((INSNS == 0)) || command -v gdb >/dev/null || { echo "nat_bench: NAT_BENCH_INSNS needs gdb (tools/deps.sh installs it)" >&2; exit 1; }
 for b in tests/fedgate_bench_pcap controlplane/fedgated tools/fedgatectl; do
     [[ -x $BUILD/$b ]] || { echo "nat_bench: $BUILD/$b missing: build first" >&2; exit 1; }
 done
@@ -346,7 +365,45 @@ run_paired() {
     rm -rf "/var/run/dpdk/$FG_PREFIX" "/var/run/dpdk/$FG_PREFIX-b" "/var/run/dpdk/$TP_PREFIX-io" "/var/run/dpdk/$TP_PREFIX-5tswap"
 }
 
+# The instruction count for the current N (NAT_BENCH_INSNS): each daemon alone, its sessions all
+# open, then stepped through INSNS bursts; adds "N LABEL PACKETS PER_PACKET" to INSN_RESULTS.
+run_insns() {
+    local label bin out i sessions=0
+    for label in fedgated ${FEDGATED_B:+fedgated_b}; do
+        bin=$FEDGATED
+        [[ $label == fedgated_b ]] && bin=$FEDGATED_B
+        fg_config "" 0
+        fg_start "$bin" "" || { stop_all; return 1; }
+        # Every flow's session open (the first pass over the file), so the bursts traced are the
+        # established path's.
+        for i in $(seq 1200); do
+            sessions=$(ctl stats --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["nat"]["sessions"])')
+            ((sessions >= N)) && break
+            sleep 0.1
+        done
+        if ((sessions < N)); then
+            echo "nat_bench: $label opened $sessions of $N sessions in 2 minutes" >&2
+            stop_all
+            return 1
+        fi
+        out="$WORK/insns-$N-$label.txt"
+        TRACE_CALLS=$INSNS TRACE_OUT=$out taskset -c 0 gdb -q -nx -p "$FG_PID" -batch -x "$(dirname "$0")/insn_trace.py" \
+            >"$WORK/gdb-$label.log" 2>&1 || true
+        stop_all
+        rm -rf "/var/run/dpdk/$FG_PREFIX"
+        if ! grep -q '^per_packet [0-9]' "$out" 2>/dev/null || grep -q '^truncated' "$out"; then
+            echo "nat_bench: the instruction trace of $label failed or was cut short; gdb said:" >&2
+            tail -5 "$WORK/gdb-$label.log" >&2
+            return 1
+        fi
+        echo "   $label: $(awk '$1 == "per_packet" {print $2}' "$out") instructions a packet; by function:"
+        awk '$1 == "function" {n = $NF; $1 = ""; $NF = ""; printf "      %9d %s\n", n, $0}' "$out" | head -5
+        INSN_RESULTS+=("$N $label $(awk '$1 == "packets" {p = $2} $1 == "per_packet" {x = $2} END {print p, x}' "$out")")
+    done
+}
+
 RESULTS=()
+INSN_RESULTS=()
 RUNS=()
 for ((round = 0; round < ROUNDS; round++)); do RUNS+=($FLOWS); done
 for run in "${!RUNS[@]}"; do
@@ -358,6 +415,10 @@ for run in "${!RUNS[@]}"; do
     RX_VDEV="net_pcap0,rx_pcap=$PCAP,infinite_rx=1"
     MBUFS=$(mbuf_count "$P")
     echo "== N = $N flows, $M mapping(s), $P packets in the file: $MBUFS mbufs"
+    if ((INSNS)); then
+        run_insns || echo "nat_bench: the instruction count failed for N=$N" >&2
+        continue
+    fi
     if ((PAIRED)); then
         run_paired "$run" || echo "nat_bench: the paired turns failed for N=$N" >&2
         continue
@@ -406,6 +467,34 @@ print(f"   fedgated drops by reason (whole run): {reasons or 'none'}")
 PY
     RESULTS+=("$N $fg_pps $tp_io $tp_swap $tr_pps $rx_pps $drop_pps $sessions $M $newsess")
 done
+
+if ((INSNS)); then
+    python3 - "$INSNS" "$FEDGATED" "$FEDGATED_B" "${INSN_RESULTS[@]}" <<'PY'
+import sys
+bursts, a, b, *rows = sys.argv[1:]
+per = {}
+for row in rows:
+    n, label, packets, x = row.split()
+    per.setdefault(int(n), {})[label] = (int(packets), float(x))
+print(f"instructions a packet in Dataplane::handle_burst, callees included, from {bursts} burst(s) stepped under gdb")
+print(f"once every flow has its session (tests/bench/insn_trace.py); fedgated: {a}" + (f"; fedgated_b: {b}" if b else ""))
+print(f"  {'flows':>8} {'packets':>8} {'fedgated':>9}" + (f" {'fedgated_b':>10} {'b/fedgated':>10}" if b else ""))
+for n in sorted(per):
+    p, x = per[n].get("fedgated", (0, 0.0))
+    line = f"  {n:>8} {p:>8} {x:>9.1f}"
+    if b:
+        _, y = per[n].get("fedgated_b", (0, 0.0))
+        line += f" {y:>10.1f} {y / x if x else 0:>10.3f}"
+    print(line)
+PY
+    if ((SMOKE)); then
+        read -r _ _ packets per <<<"${INSN_RESULTS[0]:-}"
+        [[ ${packets:-0} -gt 0 && ${per:-0} =~ ^[0-9]+\.[0-9]$ ]] ||
+            { echo "nat_bench: the instruction count gave nothing (packets '${packets:-}', per packet '${per:-}')" >&2; exit 1; }
+        echo "nat_bench: smoke run complete"
+    fi
+    exit 0
+fi
 
 if ((PAIRED)); then
     paired_ok=0
