@@ -300,6 +300,10 @@ void Dataplane::flush_session_events() {
     auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
     std::memcpy(&eth->dst_addr, n.mac.data(), RTE_ETHER_ADDR_LEN);
     eth->src_addr = port.cfg.mac;
+    enqueue(port, m);
+}
+
+[[gnu::always_inline]] inline void Dataplane::enqueue(Port& port, rte_mbuf* m) {
     if (port.tx_len == kTxQueueLen) [[unlikely]]
         flush();
     port.tx[port.tx_len++] = m;
@@ -409,9 +413,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             uint8_t* const eth = rte_pktmbuf_mtod(m, uint8_t*);
             std::memcpy(eth, &hop_l2_lo, 8);
             std::memcpy(eth + 8, &hop_l2_hi, 4);
-            if (hop_port->tx_len == kTxQueueLen) [[unlikely]]
-                flush();
-            hop_port->tx[hop_port->tx_len++] = m;
+            enqueue(*hop_port, m);
             continue;
         }
         // Not a session's plain packet (a new flow, a FIN, another worker's, ...): the full path.
@@ -810,8 +812,7 @@ void Dataplane::tx(rte_mbuf* m, uint16_t out) {
     // The active member owns the addresses: a standby's ARP reply or probe would point neighbours at it.
     if (standby_) [[unlikely]]
         return drop(m, out, DropReason::cluster_standby);
-    if (port.tx_len == kTxQueueLen) flush();
-    port.tx[port.tx_len++] = m;
+    enqueue(port, m);
 }
 
 void Dataplane::flush() {

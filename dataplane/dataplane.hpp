@@ -426,6 +426,8 @@ private:
     void send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo);
     // The frame's MACs for `n` (a next hop recall() vouched for) out of port `out`, and onto its TX queue.
     void queue_to(rte_mbuf* m, uint16_t out, const Neighbour& n);
+    // The frame onto the port's TX queue as it is, the queue flushed first when full.
+    void enqueue(Port& port, rte_mbuf* m);
     void handle(rte_mbuf* m, uint16_t in);  // parses, then as below (a packet another worker counted)
     // `parsed`: parse_packet's verdict on it; `flow_hash`: Nat::prefetch_session's value, or
     // kNoFlowHash. RX counters are the caller's (a burst at a time).

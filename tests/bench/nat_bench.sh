@@ -377,7 +377,7 @@ run_insns() {
         # Every flow's session open (the first pass over the file), so the bursts traced are the
         # established path's.
         for i in $(seq 1200); do
-            sessions=$(ctl stats --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["nat"]["sessions"])')
+            read -r _ _ _ _ _ _ sessions < <(sample)
             ((sessions >= N)) && break
             sleep 0.1
         done
