@@ -7,6 +7,9 @@
 #   instructions I
 #   per_packet X
 #   function NAME COUNT          (for each function an instruction was executed in, most first)
+# and, with TRACE_LISTING=PATH, every instruction executed to PATH in address order, one a line:
+#   COUNT_PER_PACKET  ADDRESS <FUNCTION+OFFSET>:  DISASSEMBLY
+# (where the instructions go: a packet's parse, probe and rewrite read off in the order GCC laid them).
 # A count that does not move with the machine's load or speed: where timing on a shared VM
 # resolves only differences of 5-10%, this tells a change of a few instructions a packet.
 import collections
@@ -16,6 +19,7 @@ import gdb
 
 CALLS = int(os.environ.get("TRACE_CALLS", "3"))
 OUT = os.environ["TRACE_OUT"]
+LISTING = os.environ.get("TRACE_LISTING", "")
 MAX_STEPS = int(os.environ.get("TRACE_MAX_STEPS", "2000000"))
 TARGET = "fedgate::Dataplane::handle_burst"
 
@@ -64,4 +68,10 @@ with open(OUT, "w") as o:
     o.write(f"per_packet {steps / packets:.1f}\n" if packets else "per_packet -\n")
     for name, n in functions.most_common():
         o.write(f"function {name} {n}\n")
+if LISTING:
+    with open(LISTING, "w") as o:
+        for pc in sorted(pcs):
+            # "   0x5555... <fedgate::Dataplane::handle_burst(...)+123>:\tmov ..." -> the part after the address
+            line = gdb.execute(f"x/i {pc:#x}", to_string=True).strip().lstrip("=> ")
+            o.write(f"{pcs[pc] / max(packets, 1):8.2f}  {line}\n")
 gdb.execute("detach")

@@ -64,6 +64,9 @@
 #                                          (tests/bench/insn_trace.py) once every flow has its session:
 #                                          a figure the machine's load does not move, for changes of a
 #                                          few percent that timing on a shared VM cannot resolve
+#   NAT_BENCH_INSNS_LISTING=DIR            with NAT_BENCH_INSNS: also every instruction executed, with
+#                                          its count a packet, in address order (insn_trace.py's
+#                                          TRACE_LISTING), to DIR/insns-N-LABEL.lst: where they go
 #        nat_bench.sh BUILD_DIR --smoke-insns  (CI: the instruction count, 1024 flows, one burst)
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: nat_bench.sh BUILD_DIR [SECONDS] | --smoke}")
@@ -91,6 +94,13 @@ else
     SLICE=${NAT_BENCH_SLICE:-2}
     FEDGATED_B=${NAT_BENCH_FEDGATED_B:-}
     INSNS=${NAT_BENCH_INSNS:-0}
+    LISTING=${NAT_BENCH_INSNS_LISTING:-}
+fi
+LISTING=${LISTING:-}
+if [[ -n $LISTING ]]; then
+    ((INSNS > 0)) || { echo "nat_bench: NAT_BENCH_INSNS_LISTING needs NAT_BENCH_INSNS (the listing is the trace's)" >&2; exit 2; }
+    mkdir -p "$LISTING" && LISTING=$(realpath "$LISTING") ||
+        { echo "nat_bench: NAT_BENCH_INSNS_LISTING '$LISTING' is not a directory that can be made" >&2; exit 2; }
 fi
 INSNS=${INSNS:-0}
 [[ $INSNS =~ ^[0-9]+$ ]] && ((INSNS <= 20)) ||
@@ -143,6 +153,8 @@ stop_all() {
 source "$(dirname "$0")/huge.sh"
 # shellcheck source=tests/bench/testpmd_rate.sh
 source "$(dirname "$0")/testpmd_rate.sh"
+# shellcheck source=tests/bench/insn_trace.sh
+source "$(dirname "$0")/insn_trace.sh"
 bench_huge_init
 cleanup() {
     stop_all
@@ -387,18 +399,13 @@ run_insns() {
             return 1
         fi
         out="$WORK/insns-$N-$label.txt"
-        TRACE_CALLS=$INSNS TRACE_OUT=$out taskset -c 0 gdb -q -nx -p "$FG_PID" -batch -x "$(dirname "$0")/insn_trace.py" \
-            >"$WORK/gdb-$label.log" 2>&1 || true
+        insn_trace "$FG_PID" "$INSNS" "$out" "${LISTING:+$LISTING/insns-$N-$label.lst}" || { stop_all; return 1; }
         stop_all
         rm -rf "/var/run/dpdk/$FG_PREFIX"
-        if ! grep -q '^per_packet [0-9]' "$out" 2>/dev/null || grep -q '^truncated' "$out"; then
-            echo "nat_bench: the instruction trace of $label failed or was cut short; gdb said:" >&2
-            tail -5 "$WORK/gdb-$label.log" >&2
-            return 1
-        fi
-        echo "   $label: $(awk '$1 == "per_packet" {print $2}' "$out") instructions a packet; by function:"
-        awk '$1 == "function" {n = $NF; $1 = ""; $NF = ""; printf "      %9d %s\n", n, $0}' "$out" | head -5
-        INSN_RESULTS+=("$N $label $(awk '$1 == "packets" {p = $2} $1 == "per_packet" {x = $2} END {print p, x}' "$out")")
+        echo "   $label: $(insn_trace_field "$out" per_packet) instructions a packet; by function:"
+        insn_trace_functions "$out"
+        [[ -z $LISTING ]] || echo "   every instruction: $LISTING/insns-$N-$label.lst"
+        INSN_RESULTS+=("$N $label $(insn_trace_field "$out" packets) $(insn_trace_field "$out" per_packet)")
     done
 }
 

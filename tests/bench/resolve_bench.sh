@@ -32,6 +32,7 @@
 #        resolve_bench.sh BUILD_DIR --smoke       (CI: every part at tiny sizes, the knobs below
 #                                                  ignored; checks each part produced its figures)
 #        resolve_bench.sh BUILD_DIR --smoke-paired (CI: part 1 alone in paired turns, 2 rounds of 1 s)
+#        resolve_bench.sh BUILD_DIR --smoke-insns  (CI: part 1's instruction count, one burst)
 #   RESOLVE_BENCH_RECORDS=1024      part 1: records registered (from 4096 up, fedgated's [dataplane]
 #                                   punt_ring is set above it: the registrations are read at once)
 #   RESOLVE_BENCH_REQUESTS=4096     part 1: resolve requests in the replayed pcap
@@ -48,6 +49,13 @@
 #   RESOLVE_BENCH_FEDGATED_B=PATH   part 1, paired: a second fedgated binary in the turns (another
 #                                   build's, its own directory filled the same way), so that two
 #                                   builds are compared slice by slice ("ratio fedgated_b/fedgated")
+#   RESOLVE_BENCH_INSNS=0           part 1: K > 0: no timing, no testpmd and no other part; the cache
+#                                   hit's instructions a packet in Dataplane::handle_burst (callees
+#                                   included), counted exactly by stepping K bursts of requests under
+#                                   gdb (tests/bench/insn_trace.py) once the directory is full and
+#                                   hits flow; for RESOLVE_BENCH_FEDGATED_B too where it is given
+#   RESOLVE_BENCH_INSNS_LISTING=DIR with RESOLVE_BENCH_INSNS: also every instruction executed, with its
+#                                   count a packet, to DIR/resolve-insns-LABEL.lst
 #   RESOLVE_BENCH_HUGE=1            part 1: testpmd and fedgated on 2 MB hugepages, which the script
 #                                   reserves and gives back (tests/bench/huge.sh); 0, or a machine
 #                                   that cannot reserve them: --no-huge (the lines say which)
@@ -72,6 +80,7 @@ BUILD=$(realpath "${1:?usage: resolve_bench.sh BUILD_DIR [SECONDS] | --smoke | -
 LAT_N=1000 REG_N=2000 PING_N=200 GWPING_N=100 STEP_N=100000
 SMOKE=0
 if [[ ${2:-} == --smoke-paired ]]; then set -- "$1" --smoke paired; fi
+if [[ ${2:-} == --smoke-insns ]]; then set -- "$1" --smoke insns; fi
 if [[ ${2:-} == --smoke ]]; then
     source "$(dirname "$0")/smoke.sh"
     bench_smoke_guard "$BUILD" "EAL, network namespaces"
@@ -85,6 +94,9 @@ if [[ ${2:-} == --smoke ]]; then
     # as RESOLVE_BENCH_FEDGATED_B too, so that the comparison of builds is run.
     FEDGATED_B=""
     if [[ ${3:-} == paired ]]; then PARTS="1" PAIRED=2 FEDGATED_B=$BUILD/controlplane/fedgated; fi
+    # --smoke-insns: part 1's instruction count, one burst of 32 requests stepped.
+    INSNS=0 LISTING=""
+    if [[ ${3:-} == insns ]]; then PARTS="1" INSNS=1 RECORDS=1024; fi
     LAT_N=20 REG_N=20 PING_N=10 GWPING_N=10 STEP_N=1000
 else
     SECS=${2:-10}
@@ -102,6 +114,8 @@ else
     PAIRED=${RESOLVE_BENCH_PAIRED:-0}
     SLICE=${RESOLVE_BENCH_SLICE:-2}
     FEDGATED_B=${RESOLVE_BENCH_FEDGATED_B:-}
+    INSNS=${RESOLVE_BENCH_INSNS:-0}
+    LISTING=${RESOLVE_BENCH_INSNS_LISTING:-}
 fi
 ETCD_MEMBERS=${RESOLVE_BENCH_ETCD_MEMBERS:-3}
 TXN_OPS=${RESOLVE_BENCH_TXN_OPS:-128}
@@ -135,11 +149,23 @@ uint_in RESOLVE_BENCH_PAIRED "$PAIRED" 0 100
 [[ $SLICE =~ ^[0-9]+(\.[0-9]+)?$ ]] && python3 -c "import sys; sys.exit(not 0.5 <= float(sys.argv[1]) <= 30)" "$SLICE" ||
     { echo "resolve_bench: RESOLVE_BENCH_SLICE must be 0.5..30 seconds, got '$SLICE'" >&2; exit 2; }
 ((PAIRED == 0)) || ROUNDS=1  # the paired turns are their own rounds
+uint_in RESOLVE_BENCH_INSNS "$INSNS" 0 20
+((INSNS == 0 || PAIRED == 0)) ||
+    { echo "resolve_bench: RESOLVE_BENCH_INSNS and RESOLVE_BENCH_PAIRED are two different runs: set one" >&2; exit 2; }
+if ((INSNS)); then
+    PARTS="1" ROUNDS=1 HUGE=0  # stepped, not timed: --no-huge does as well
+    command -v gdb >/dev/null || { echo "resolve_bench: RESOLVE_BENCH_INSNS needs gdb (tools/deps.sh installs it)" >&2; exit 1; }
+fi
+if [[ -n $LISTING ]]; then
+    ((INSNS > 0)) || { echo "resolve_bench: RESOLVE_BENCH_INSNS_LISTING needs RESOLVE_BENCH_INSNS (the listing is the trace's)" >&2; exit 2; }
+    mkdir -p "$LISTING" && LISTING=$(realpath "$LISTING") ||
+        { echo "resolve_bench: RESOLVE_BENCH_INSNS_LISTING '$LISTING' is not a directory that can be made" >&2; exit 2; }
+fi
 [[ -x $FEDGATED && -f $FEDGATED ]] ||
     { echo "resolve_bench: RESOLVE_BENCH_FEDGATED '$FEDGATED' is not an executable file" >&2; exit 2; }
 if [[ -n $FEDGATED_B ]]; then
-    ((PAIRED > 0)) ||
-        { echo "resolve_bench: RESOLVE_BENCH_FEDGATED_B needs RESOLVE_BENCH_PAIRED (the two builds take turns)" >&2; exit 2; }
+    ((PAIRED > 0 || INSNS > 0)) ||
+        { echo "resolve_bench: RESOLVE_BENCH_FEDGATED_B needs RESOLVE_BENCH_PAIRED (the two builds take turns) or RESOLVE_BENCH_INSNS" >&2; exit 2; }
     [[ -x $FEDGATED_B && -f $FEDGATED_B ]] ||
         { echo "resolve_bench: RESOLVE_BENCH_FEDGATED_B '$FEDGATED_B' is not an executable file" >&2; exit 2; }
 fi
@@ -179,6 +205,8 @@ LAB_IS_UP=0
 source "$(dirname "$0")/huge.sh"
 # shellcheck source=tests/bench/testpmd_rate.sh
 source "$(dirname "$0")/testpmd_rate.sh"
+# shellcheck source=tests/bench/insn_trace.sh
+source "$(dirname "$0")/insn_trace.sh"
 bench_huge_init
 PIDS=()
 stop_all() {
@@ -243,7 +271,9 @@ run_part1() {
     # testpmd and fedgated take turns, so one reservation serves both (paired: the two testpmds and
     # fedgated hold their memory at once, so three, four with fedgated_b); given back before the lab.
     if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(($(eal_mb "$(part1_mbufs)" 2176 huge) * (PAIRED ? 3 + (${#FEDGATED_B} > 0) : 1)))" resolve_bench; fi
-    if ((PAIRED)); then
+    if ((INSNS)); then
+        say "== part 1: a cache hit's instructions in Dataplane::handle_burst ($RECORDS records, $REQUESTS requests from 16 requesters, $INSNS burst(s) stepped under gdb)$which"
+    elif ((PAIRED)); then
         say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, paired turns: $PAIRED rounds of ${SLICE}s slices)$which"
     else
         say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, ${SECS}s each, $ROUNDS round(s))$which"
@@ -251,6 +281,10 @@ run_part1() {
     result "part 1: memory: $MEMORY"
     "$BUILD/tests/fedgate_bench_pcap" --resolve "$WORK/register.pcap" "$WORK/resolve.pcap" 198.18.1.1 1 "$RECORDS" "$REQUESTS" 198.18.9
     : >"$WORK/part1-rounds.txt"
+    if ((INSNS)); then
+        part1_insns
+        return
+    fi
     for ((round = 1; round <= ROUNDS; round++)); do
         ((ROUNDS == 1)) || say "  -- round $round of $ROUNDS"
         part1_round
@@ -459,6 +493,49 @@ TOML
         say "  WARNING: fedgated$sfx's directory holds $dir_local of $RECORDS records (registrations port read $reg_rx packets)"
         smoke_fail "part 1: fedgated$sfx's directory holds $dir_local of $RECORDS records"
     fi
+}
+
+# part1_insns: each daemon alone on the requests (as part1_round's, without testpmd), its directory
+# full and its cache answering, then stepped through INSNS bursts; a result line per daemon and,
+# with fedgated_b, their ratio.
+part1_insns() {
+    local res=$WORK/resolve.pcap mbufs label bin out h0 h1 i per per_a=""
+    local rx_vdev="net_pcap0,rx_pcap=$res,infinite_rx=1" null_vdev="net_null0,no-rx=1"
+    mbufs=$(part1_mbufs)
+    for label in fedgated ${FEDGATED_B:+fedgated_b}; do
+        bin=$FEDGATED
+        [[ $label == fedgated_b ]] && bin=$FEDGATED_B
+        part1_fedgated "$bin" "" "$rx_vdev" "$null_vdev" "$mbufs" || return 0
+        # Hits flowing: the counter moved between two samples (the bursts traced are cache hits).
+        FG_SOCK=$WORK/fedgated.sock
+        read -r _ h0 _ < <(sample1)
+        for i in $(seq 300); do
+            read -r _ h1 _ < <(sample1)
+            ((h1 > h0)) && break
+            sleep 0.1
+        done
+        FG_SOCK=""
+        if ((h1 <= h0)); then
+            stop_all
+            result "part 1: FAILED ($label answered no request from the cache)"
+            smoke_fail "part 1: $label answered no request from the cache"
+            return 0
+        fi
+        out=$WORK/resolve-insns-$label.txt
+        if ! insn_trace "${PIDS[-1]}" "$INSNS" "$out" "${LISTING:+$LISTING/resolve-insns-$label.lst}"; then
+            stop_all
+            result "part 1: FAILED (the instruction trace of $label)"
+            smoke_fail "part 1: the instruction trace of $label failed"
+            return 0
+        fi
+        stop_all
+        rm -rf "/var/run/dpdk/$FG_PREFIX"
+        per=$(insn_trace_field "$out" per_packet)
+        result "part 1: $label: $per instructions a request answered from the cache ($(insn_trace_field "$out" packets) requests stepped; $bin)"
+        insn_trace_functions "$out"
+        [[ -z $LISTING ]] || say "  every instruction: $LISTING/resolve-insns-$label.lst"
+        if [[ -z $per_a ]]; then per_a=$per; else result "part 1: ratio fedgated_b/fedgated instructions $("$PY" -c "import sys; print(f'{float(sys.argv[2]) / float(sys.argv[1]):.3f}')" "$per_a" "$per")"; fi
+    done
 }
 
 part1_round() {
