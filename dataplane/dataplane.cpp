@@ -380,12 +380,16 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     Port* hop_port = nullptr;
     uint64_t hop_l2_lo = 0;
     uint32_t hop_l2_hi = 0;
+    uint32_t hits_in_place = 0;  // answer_hit_in_place()'s, counted once for the burst
     for (uint16_t j = 0; j < n; ++j) {
         rte_mbuf* const m = pkts[j];
         if (!fast[j]) {
             hop = nullptr;
             if (service[j]) {
-                if (answer_hit_in_place(m, in, f[j])) continue;
+                if (answer_hit_in_place(m, in, f[j])) {
+                    ++hits_in_place;
+                    continue;
+                }
                 new (&p[j]) ParsedPacket(parsed_of_fast(rte_pktmbuf_mtod(m, const uint8_t*), f[j]));
             }
             handle(m, in, p[j], parsed[j], hash[j]);
@@ -423,6 +427,12 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         handle(m, in, full, r, hash[j]);
     }
     nat_.count_established(established);
+    if (hits_in_place != 0) {  // as handle_resolve(), Resolver::request() and reply_hit() count each
+        resolve_counters_.client_msgs.add(hits_in_place);
+        resolver_->count_hits(hits_in_place);
+        resolve_counters_.replies_sent.add(hits_in_place);
+        resolve_counters_.hits_in_place.add(hits_in_place);
+    }
 }
 
 RxChecksum Dataplane::rx_ip_checksum(const rte_mbuf* m) {
@@ -945,7 +955,7 @@ void Dataplane::publish_gauges() {
     return sums_to_ones(sum);
 }
 
-bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& f) {
+[[gnu::always_inline]] inline bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& f) {
     constexpr uint32_t kL4 = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr), kMsg = kL4 + sizeof(rte_udp_hdr);
     constexpr uint16_t kRequestIpLen = sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader) + sizeof(ResolveBody);
     constexpr uint16_t kReplyBody = sizeof(ResolveReplyBody), kReplyFrame = kMsg + sizeof(MsgHeader) + kReplyBody;
@@ -972,8 +982,13 @@ bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& 
                                          0, 0, 0, sizeof(ResolveBody)};
     if (std::memcmp(msg, kRequestHead, sizeof kRequestHead) != 0 || load_be32(msg + offsetof(MsgHeader, channel)) != 0)
         return false;
-    if (!udp_checksum_ok(m, ip, reinterpret_cast<const rte_udp_hdr*>(d + kL4), kRequestIpLen - sizeof(rte_ipv4_hdr)))
-        return false;
+    const auto* const udp = reinterpret_cast<const rte_udp_hdr*>(d + kL4);
+    if (!udp_checksum_ok(m, ip, udp, kRequestIpLen - sizeof(rte_ipv4_hdr))) return false;
+    // Summed here just now (a checksum sent, no verdict of the port's): the request's sum is known
+    // to be right, and the reply's follows from it (below). Read before the reply is written over it.
+    const bool request_summed = udp->dgram_cksum != 0 && (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_UNKNOWN;
+    const uint16_t request_sum = udp->dgram_cksum;
+    const uint32_t request_dst = ip->dst_addr;
     ReplyRoute& rr = reply_routes_[(f.src_ip * 0x9e3779b1u) >> 24];
     if (rr.ip != f.src_ip) {
         uint32_t nh = 0;
@@ -984,7 +999,6 @@ bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& 
     const ProcessId target{load_be64(msg + sizeof(MsgHeader))};
     const Resolver::CacheAnswer a = resolver_->request_hit(target, now_ms_);
     if (a.entry == nullptr) return false;
-    resolve_counters_.client_msgs.add();
 
     // start_message()'s work, on the request: the frame's length, the header's type and body length
     // (magic, version, the request ID and the zeros stay), the body written over the request's.
@@ -993,6 +1007,36 @@ bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& 
     m->pkt_len = kReplyFrame;
     msg[offsetof(MsgHeader, type)] = static_cast<uint8_t>(MsgType::resolve_reply);
     store_be16(msg + offsetof(MsgHeader, body_len), kReplyBody);
+    const uint32_t src = ports_[rr.out].cfg.addr;
+    if (request_summed && !ports_[rr.out].cfg.tx_cksum) {
+        // The reply's UDP checksum from the request's, as RFC 1624 updates a checksum, over the
+        // whole datagram: the reply is the request with the addresses and ports swapped (which
+        // leaves a sum as it is), the source our port's address where the request's destination
+        // was, the lengths, type and body length below changed, and the body's record (the target
+        // moves from offset 0 to 4 of the body, which leaves its sum as it is). Nothing summed but
+        // the record's head (write_hit_record), where finish_message() sums every header field.
+        constexpr auto minus = [](uint16_t v) { return uint64_t{0xffff} - v; };  // -v, modulo 0xffff
+        constexpr auto pair = [](uint8_t first, uint8_t second) { return stored16(static_cast<uint16_t>(first << 8 | second)); };
+        constexpr uint16_t kRequestUdpLen = kRequestIpLen - sizeof(rte_ipv4_hdr);
+        constexpr uint16_t kReplyUdpLen = kReplyFrame - sizeof(rte_ether_hdr) - sizeof(rte_ipv4_hdr);
+        // The UDP length twice (pseudo-header and UDP header), the type beside the version, the body length.
+        constexpr uint64_t kChanged = 2 * (uint64_t{stored16(kReplyUdpLen)} + minus(stored16(kRequestUdpLen))) +
+                                      pair(kMsgVersion, static_cast<uint8_t>(MsgType::resolve_reply)) +
+                                      minus(pair(kMsgVersion, static_cast<uint8_t>(MsgType::resolve))) +
+                                      stored16(kReplyBody) + minus(stored16(sizeof(ResolveBody)));
+        uint8_t* const body = msg + sizeof(MsgHeader);
+        store_be64(reinterpret_cast<ResolveReplyBody*>(body)->target, target.value);
+        // The request's sum without its checksum field is minus that field (the whole summed to 0xffff).
+        uint16_t udp_sum = static_cast<uint16_t>(~fold_sum(minus(request_sum) + halves_sum(src) + 2 * uint64_t{0xffff} -
+                                                           halves_sum(request_dst) + kChanged +
+                                                           write_hit_record(body, a.source, *a.entry)));
+        if (udp_sum == 0) udp_sum = 0xffff;  // 0 would mean "no checksum"
+        store_udp_ipv4(ip, src, f.src_ip, resolve_port_be_, f.src_port, sizeof(MsgHeader) + kReplyBody,
+                       ipv4_header_checksum(halves_sum(src) + halves_sum(f.src_ip), kReplyFrame - sizeof(rte_ether_hdr)),
+                       udp_sum);
+        send_ipv4_memo(m, rr.out, rr.nh, &rr.neigh);
+        return true;
+    }
     Header h;
     h.type = MsgType::resolve_reply;
     h.sender_party = 0;
@@ -1001,7 +1045,6 @@ bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& 
     h.channel = h.key_id = 0;
     OutMessage o(m, msg + sizeof(MsgHeader), ip, h, f.src_ip, rr.nh, f.src_port, rr.out, sizeof(MsgHeader) + kReplyBody,
                  -1, &rr.neigh);
-    resolve_counters_.hits_in_place.add();
     finish_message(o, write_hit_body(o.body, target, a.source, *a.entry), 0);
     return true;
 }
@@ -1269,28 +1312,32 @@ void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource sou
     if (r.control != nullptr) return reply(r, target, ResolveStatus::ok, source, &e.record);
     OutMessage o = start_message(r.ip, r.port, MsgType::resolve_reply, r.request_id, sizeof(ResolveReplyBody), -1);
     if (o.body == nullptr) return;
+    resolve_counters_.replies_sent.add();
     finish_message(o, write_hit_body(o.body, target, source, e), 0);
 }
 
 [[gnu::always_inline]] inline uint32_t Dataplane::write_hit_body(uint8_t* body, ProcessId target, AnswerSource source,
                                                                  const CacheEntry& e) {
+    store_be64(reinterpret_cast<ResolveReplyBody*>(body)->target, target.value);
+    return write_hit_record(body, source, e) + stored64_sum(target.value);
+}
+
+[[gnu::always_inline]] inline uint32_t Dataplane::write_hit_record(uint8_t* body, AnswerSource source, const CacheEntry& e) {
     // Written in place, field by field: nothing of the reply is read back, here or to sum it.
     auto* b = reinterpret_cast<ResolveReplyBody*>(body);
     b->status = static_cast<uint8_t>(ResolveStatus::ok);
     b->source = static_cast<uint8_t>(source);
     b->reserved[0] = b->reserved[1] = 0;
-    store_be64(b->target, target.value);
     // 16 bytes at a time: the struct's assignment became a `rep movs` (a ninth of a hit in `perf`).
     static_assert(sizeof e.wire % 16 == 0);
     for (std::size_t i = 0; i < sizeof e.wire; i += 16)
         std::memcpy(reinterpret_cast<uint8_t*>(&b->record) + i, reinterpret_cast<const uint8_t*>(&e.wire) + i, 16);
-    resolve_counters_.replies_sent.add();
     // rte_raw_cksum sums in host order: the big-endian-order sum as it would be stored.
     const uint32_t folded = (e.wire_sum & 0xffff) + (e.wire_sum >> 16);
     const uint16_t be_sum = static_cast<uint16_t>((folded & 0xffff) + (folded >> 16));
-    // The whole body's sum, its head (status, source, reserved, target) from the values written.
+    // The sum, its head (status, source, reserved) from the values written.
     return stored16(static_cast<uint16_t>(static_cast<uint8_t>(ResolveStatus::ok) << 8 | static_cast<uint8_t>(source))) +
-           stored64_sum(target.value) + stored16(be_sum);
+           stored16(be_sum);
 }
 
 void Dataplane::query(int peer, uint64_t query_id, ProcessId target, QueryMode mode) {

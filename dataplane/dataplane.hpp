@@ -297,13 +297,17 @@ public:
                                                              uint64_t payload_sum) {
         const uint16_t udp_len = static_cast<uint16_t>(sizeof(rte_udp_hdr) + len);
         const uint16_t ip_len = static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + udp_len);
-        const uint32_t addrs = (src & 0xffff) + (src >> 16) + (dst & 0xffff) + (dst >> 16);
-        const uint16_t ip_sum = static_cast<uint16_t>(
-            ~fold_sum(uint64_t{addrs} + kStoredVersionTos + stored16(ip_len) + kStoredDf + kStoredTtlProto));
+        const uint32_t addrs = halves_sum(src) + halves_sum(dst);
+        const uint16_t ip_sum = ipv4_header_checksum(addrs, ip_len);
         uint16_t udp_sum = static_cast<uint16_t>(~fold_sum(uint64_t{addrs} + stored16(kIpProtoUdp) + stored16(udp_len) +
                                                            sport + dport + stored16(udp_len) + payload_sum));
         if (udp_sum == 0) udp_sum = 0xffff;  // 0 would mean "no checksum"
         store_udp_ipv4(ip, src, dst, sport, dport, len, ip_sum, udp_sum);
+    }
+    // The checksum field (as it sits in memory) of the IPv4 header those writers lay down, for a
+    // total length of `ip_len` and addresses whose halves_sum()s add to `addrs`.
+    [[gnu::always_inline]] static uint16_t ipv4_header_checksum(uint32_t addrs, uint16_t ip_len) {
+        return static_cast<uint16_t>(~fold_sum(uint64_t{addrs} + kStoredVersionTos + stored16(ip_len) + kStoredDf + kStoredTtlProto));
     }
     // The 28 bytes of IPv4 and UDP headers in front of a payload of `len` bytes, the two checksum
     // fields as given (as they sit in memory), written as three 64-bit stores and one 32-bit one.
@@ -454,13 +458,16 @@ private:
     // A datagram parse_fast() read (`f`, to the resolution port) that is a client's resolve request
     // the cache answers (a record, not "not found"), on a port and worker the general path would
     // answer it on: answered from the burst loop with the reply written where the request is (the
-    // header and addresses changed in place, the requester's route and neighbour remembered),
-    // counted as handle_resolve() and Resolver::request() count it. Gives the frame the general path
-    // gives. False, with nothing changed or counted, for anything else (the general path takes it).
+    // header and addresses changed in place, the requester's route and neighbour remembered).
+    // Gives the frame the general path gives; the caller counts the true returns as
+    // handle_resolve(), Resolver::request() and reply_hit() count a hit (handle_burst: once a burst).
+    // False, with nothing changed or counted, for anything else (the general path takes it).
     bool answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& f);
-    // reply_hit()'s body: written in place at `body`, counted as sent; returns its sum for
-    // finish_message() (summed_from 0).
+    // reply_hit()'s body: written in place at `body`; returns its sum for finish_message()
+    // (summed_from 0). Counts nothing.
     uint32_t write_hit_body(uint8_t* body, ProcessId target, AnswerSource source, const CacheEntry& e);
+    // write_hit_body() but the target: status, source, reserved and the record written, and their sum.
+    uint32_t write_hit_record(uint8_t* body, AnswerSource source, const CacheEntry& e);
     void handle_roce(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     void handle_peer_message(rte_mbuf* m, uint16_t in, const ParsedPacket& p, const ParsedMsg& msg);
     // To the control threads, counted also as `kind` (when not null).

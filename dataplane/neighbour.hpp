@@ -69,7 +69,9 @@ public:
     }
     // Past its reachable time (`now_ms`) an entry is not vouched for either, even before tick()
     // marks it stale: lookup() then marks it and asks for the probe, as for a sender with no memo.
-    const Neighbour* recall(uint16_t memo, uint16_t port, uint32_t ip, uint64_t now_ms) const {
+    // Always inline: every packet of a session and every reply of a cache hit asks, and GCC left a
+    // call in the cache hit's path once that function grew.
+    [[gnu::always_inline]] const Neighbour* recall(uint16_t memo, uint16_t port, uint32_t ip, uint64_t now_ms) const {
         // One compare for both: memo 0 wraps past every slot; the slots are mask_ + 1 (a vector's
         // size() is a division by the entry's 48 bytes).
         const uint32_t i = uint32_t{memo} - 1u;

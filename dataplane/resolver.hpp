@@ -85,10 +85,15 @@ public:
     };
     CacheAnswer cache_answer(ProcessId target, uint64_t now_ms) const;
     // request() for a caller that writes the reply itself (a data-plane worker answering in the
-    // request's own packet): when the cache holds a record for `target`, counts the request and
-    // the hit as request() does and returns the entry; otherwise counts nothing and returns a null
-    // entry, and the caller makes the request() instead.
+    // request's own packet): when the cache holds a record for `target`, returns the entry;
+    // otherwise a null entry, and the caller makes the request() instead. Counts nothing: the
+    // caller counts its hits with count_hits() (a burst's at once).
     CacheAnswer request_hit(ProcessId target, uint64_t now_ms);
+    // `n` requests answered from request_hit()'s entries: counted as request() counts a hit.
+    void count_hits(uint64_t n) {
+        counters_.requests.add(n);
+        counters_.hits.add(n);
+    }
     // A request for `target` comes soon: its cache entry prefetched, in two steps (ResolveCache).
     void prefetch_bucket(ProcessId target) const { cache_.prefetch_bucket(target); }
     void prefetch_entry(ProcessId target) const { cache_.prefetch_entry(target); }
@@ -164,8 +169,6 @@ private:
     if (target.value == 0) return {};
     const CacheAnswer a = cache_answer(target, now_ms);
     if (a.entry == nullptr || a.entry->kind == CacheKind::negative) return {};
-    counters_.requests.add();
-    counters_.hits.add();
     return a;
 }
 
