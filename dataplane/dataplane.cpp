@@ -140,6 +140,9 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
         // Our queries carry our index, so the answer comes back to us whichever worker takes it in.
         resolve_cfg_.resolver.query_tag = static_cast<uint8_t>(worker_.index);
         resolver_ = std::make_unique<Resolver>(resolve_cfg_.resolver, *shared.cache, static_cast<ResolverIo&>(*this));
+        for (std::size_t i = 0; i < nports_; ++i)
+            checks_[i].answers_in_place = resolve_cfg_.hits_in_place && ports[i].role != PortRole::external &&
+                                          (worker_.count == 1 || ports[i].rss);
     }
     now_ms_ = now_ms();
 }
@@ -959,18 +962,16 @@ void Dataplane::publish_gauges() {
     constexpr uint32_t kL4 = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr), kMsg = kL4 + sizeof(rte_udp_hdr);
     constexpr uint16_t kRequestIpLen = sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader) + sizeof(ResolveBody);
     constexpr uint16_t kReplyBody = sizeof(ResolveReplyBody), kReplyFrame = kMsg + sizeof(MsgHeader) + kReplyBody;
-    if (!resolve_cfg_.hits_in_place || resolver_ == nullptr || f.ip_proto != kIpProtoUdp ||
-        f.dst_port != resolve_port_be_)
-        return false;
-    // Where handle_ipv4() and handle_resolve() would do something else: another worker's packet
-    // (owner_of() keeps a client's request on an RSS port's queue), not to us, on the external port.
-    const Port& port = ports_[in];
-    if (port.cfg.role == PortRole::external || (worker_.count != 1 && !port.cfg.rss) || !owns_address(f.dst_ip))
+    // Where handle_ipv4() and handle_resolve() would do something else: on the external port,
+    // another worker's packet (PortCheck::answers_in_place), not to us.
+    if (!checks_[in].answers_in_place || f.ip_proto != kIpProtoUdp || f.dst_port != resolve_port_be_ ||
+        !owns_address(f.dst_ip))
         return false;
     // The reply goes where the request is: one direct segment of its own, at the offset a reset
-    // leaves (so the reset keeps the request's bytes where they are), with room for the reply.
-    if (m->nb_segs != 1 || !RTE_MBUF_DIRECT(m) || rte_mbuf_refcnt_read(m) != 1 ||
-        m->data_off != std::min<uint16_t>(RTE_PKTMBUF_HEADROOM, m->buf_len) || m->buf_len - m->data_off < kReplyFrame)
+    // leaves (so the reset keeps the request's bytes where they are: the headroom, the buffer
+    // being longer), with room for the reply.
+    if (m->nb_segs != 1 || !RTE_MBUF_DIRECT(m) || rte_mbuf_refcnt_read(m) != 1 || m->data_off != RTE_PKTMBUF_HEADROOM ||
+        m->buf_len < RTE_PKTMBUF_HEADROOM + kReplyFrame)
         return false;
     uint8_t* const d = rte_pktmbuf_mtod(m, uint8_t*);
     auto* const ip = reinterpret_cast<rte_ipv4_hdr*>(d + sizeof(rte_ether_hdr));

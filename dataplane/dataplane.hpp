@@ -378,6 +378,10 @@ private:
     struct PortCheck {
         uint64_t mac = 0;               // the port's MAC as mac48() reads it from a frame
         uint32_t subnet_broadcast = 0;  // network order; 0 when the prefix has none (/31, /32, /0)
+        // answer_hit_in_place() may answer a request that came in here: [resolve] hits_in_place on,
+        // a resolver, an internal port, and this worker the one a client's request stays with (the
+        // only worker, or an RSS port's queue: owner_of()).
+        bool answers_in_place = false;
     };
     // The 6 bytes at `p` as the low 48 bits of a word (memory order): a MAC compared in one go.
     // Reads 8 bytes: both MACs of a 14-byte Ethernet header (at 0 and 6) may be read so.
