@@ -75,11 +75,21 @@ static_assert(sizeof(FastPacket) == 16);
 // protocol (l3 at 14, l4 at 34); false for everything else, which the caller parses in full.
 inline bool parse_fast(const uint8_t* d, uint32_t len, RxChecksum ip_cksum, FastPacket& out) {
     constexpr uint32_t kL3 = 14, kL4 = kL3 + 20;
-    if (len < kL4 + 8 || d[12] != 0x08 || d[13] != 0x00) return false;
+    if (len < kL4 + 8) return false;
+    // IPv4 (EtherType 0x0800) with a 20-byte header (version 4, IHL 5): bytes 12-14 compared as one
+    // word, as are the fragment fields' 14 bits below (as three and two byte compares, GCC's code
+    // took 10 instructions a forwarded packet more: NAT_BENCH_INSNS).
+    uint32_t head;
+    std::memcpy(&head, d + 12, 4);
+    constexpr uint32_t kIpv4Head = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? 0x00450008u : 0x08004500u;
+    constexpr uint32_t kHeadMask = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? 0x00ffffffu : 0xffffff00u;
+    if ((head & kHeadMask) != kIpv4Head) return false;
     const uint8_t* ip = d + kL3;
-    if (ip[0] != 0x45) return false;
     const uint32_t total = static_cast<uint32_t>(ip[2]) << 8 | ip[3];
-    if (total > len - kL3 || (ip[6] & 0x3f) != 0 || ip[7] != 0) return false;  // cut short; MF or an offset
+    uint16_t frag;
+    std::memcpy(&frag, ip + 6, 2);
+    constexpr uint16_t kFragMask = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? 0xff3f : 0x3fff;  // MF and the offset
+    if (total > len - kL3 || (frag & kFragMask) != 0) return false;  // cut short; MF or an offset
     const uint8_t* l4 = ip + 20;
     if (ip[9] == kIpProtoTcp) {
         if (total < 40) return false;  // now the segment's 20 bytes are there to read
