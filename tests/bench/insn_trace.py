@@ -2,7 +2,9 @@
 # NAT_BENCH_INSNS): the instructions the data plane executes for a packet, counted exactly.
 #
 # Steps the data-plane thread one instruction at a time (stepi, the other threads held) through
-# TRACE_CALLS calls of Dataplane::handle_burst, callees included, and writes to TRACE_OUT:
+# TRACE_CALLS calls of TRACE_FUNCTION (Dataplane::handle_burst, or Dataplane::poll_once: the whole
+# poll, the PMDs' receive and send and the housekeeping with it), callees included, and writes to
+# TRACE_OUT:
 #   packets P
 #   instructions I
 #   per_packet X
@@ -21,7 +23,10 @@ CALLS = int(os.environ.get("TRACE_CALLS", "3"))
 OUT = os.environ["TRACE_OUT"]
 LISTING = os.environ.get("TRACE_LISTING", "")
 MAX_STEPS = int(os.environ.get("TRACE_MAX_STEPS", "2000000"))
-TARGET = "fedgate::Dataplane::handle_burst"
+TARGET = os.environ.get("TRACE_FUNCTION", "fedgate::Dataplane::handle_burst")
+# A call's packets: handle_burst's third argument (n, in dx at its entry); another function's
+# return value (poll_once's: the packets it took in).
+PACKETS_FROM_ARG = TARGET.endswith("::handle_burst")
 
 gdb.execute("set pagination off")
 gdb.execute("set confirm off")
@@ -31,7 +36,7 @@ for sig in ("SIGCONT", "SIGSTOP", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGALRM", "S
 
 
 def next_call():
-    """Runs to the next entry of handle_burst (all threads running, so the lcore gets there)."""
+    """Runs to the next entry of TARGET (all threads running, so the lcore gets there)."""
     gdb.execute("set scheduler-locking off")
     bp = gdb.Breakpoint(TARGET, internal=True)
     gdb.execute("continue", to_string=True)
@@ -43,12 +48,15 @@ pcs = collections.Counter()
 packets = steps = 0
 for _ in range(CALLS):
     next_call()
-    packets += int(gdb.parse_and_eval("$rdx")) & 0xffff  # handle_burst(this, pkts, n, in): n in dx
+    if PACKETS_FROM_ARG:
+        packets += int(gdb.parse_and_eval("$rdx")) & 0xffff  # handle_burst(this, pkts, n, in): n in dx
     entry_sp = int(gdb.parse_and_eval("$sp"))
     ret = int(gdb.parse_and_eval("*(unsigned long *)$sp"))
     while steps < MAX_STEPS:
         pc = int(gdb.parse_and_eval("$pc"))
         if pc == ret and int(gdb.parse_and_eval("$sp")) > entry_sp:
+            if not PACKETS_FROM_ARG:
+                packets += int(gdb.parse_and_eval("$rax")) & 0xffffffff
             break
         pcs[pc] += 1
         steps += 1
@@ -58,7 +66,11 @@ functions = collections.Counter()
 for pc, n in pcs.items():
     block = gdb.execute(f"info symbol {pc:#x}", to_string=True).strip()
     # "NAME + OFFSET in section .text of FILE", or "NAME in section ..." at offset 0
-    name = block.split(" in section ")[0].rsplit(" + ", 1)[0] if " in section " in block else f"{pc:#x}"
+    if " in section " in block:
+        name = block.split(" in section ")[0].rsplit(" + ", 1)[0]
+    else:  # a PMD's static function in a stripped library: named by its library
+        lib = gdb.solib_name(pc)
+        name = f"({os.path.basename(lib)}, no symbols)" if lib else f"{pc:#x}"
     functions[name] += n
 
 with open(OUT, "w") as o:

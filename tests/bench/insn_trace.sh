@@ -4,14 +4,24 @@
 # Dataplane::handle_burst (tests/bench/insn_trace.py), its instructions a packet counted exactly.
 INSN_TRACE_PY=$(dirname "${BASH_SOURCE[0]}")/insn_trace.py
 
-# insn_trace PID CALLS OUT [LISTING]: steps PID's data-plane thread through CALLS bursts; OUT gets
-# insn_trace.py's lines (packets, instructions, per_packet, function NAME COUNT), LISTING (where
-# given) every instruction executed with its count a packet. gdb runs on CPU 0, away from the lcore
-# it steps. Returns 1, saying why on stderr, when the trace failed or was cut short.
+# The functions a trace may step through, by the names the scripts' knobs take.
+insn_trace_function() {
+    case $1 in
+    handle_burst | poll_once) echo "fedgate::Dataplane::$1" ;;
+    *) return 1 ;;
+    esac
+}
+
+# insn_trace PID CALLS OUT [LISTING] [FUNCTION]: steps PID's data-plane thread through CALLS calls of
+# FUNCTION (handle_burst, the default: a burst; poll_once: a whole poll, the PMDs' receive and send
+# included); OUT gets insn_trace.py's lines (packets, instructions, per_packet, function NAME COUNT),
+# LISTING (where not empty) every instruction executed with its count a packet. gdb runs on CPU 0,
+# away from the lcore it steps. Returns 1, saying why on stderr, when the trace failed or was cut short.
 insn_trace() {
-    local pid=$1 calls=$2 out=$3 listing=${4:-}
-    TRACE_CALLS=$calls TRACE_OUT=$out TRACE_LISTING=$listing taskset -c 0 gdb -q -nx -p "$pid" -batch -x "$INSN_TRACE_PY" \
-        >"$out.gdb.log" 2>&1 || true
+    local pid=$1 calls=$2 out=$3 listing=${4:-} function
+    function=$(insn_trace_function "${5:-handle_burst}") || { echo "insn_trace: no function '${5:-}' to trace" >&2; return 1; }
+    TRACE_CALLS=$calls TRACE_OUT=$out TRACE_LISTING=$listing TRACE_FUNCTION=$function taskset -c 0 \
+        gdb -q -nx -p "$pid" -batch -x "$INSN_TRACE_PY" >"$out.gdb.log" 2>&1 || true
     if ! grep -q '^per_packet [0-9]' "$out" 2>/dev/null || grep -q '^truncated' "$out"; then
         echo "insn_trace: the trace of process $pid failed or was cut short; gdb said:" >&2
         tail -5 "$out.gdb.log" >&2

@@ -67,7 +67,12 @@
 #   NAT_BENCH_INSNS_LISTING=DIR            with NAT_BENCH_INSNS: also every instruction executed, with
 #                                          its count a packet, in address order (insn_trace.py's
 #                                          TRACE_LISTING), to DIR/insns-N-LABEL.lst: where they go
-#        nat_bench.sh BUILD_DIR --smoke-insns  (CI: the instruction count, 1024 flows, one burst)
+#   NAT_BENCH_INSNS_FUNCTION=handle_burst  with NAT_BENCH_INSNS: what is stepped, K calls of it:
+#                                          handle_burst (the packet work), or poll_once (a whole poll:
+#                                          net_pcap's receive and net_null's send, the housekeeping,
+#                                          the bursts; per packet taken in, so the framework's share
+#                                          is poll_once's count less handle_burst's)
+#        nat_bench.sh BUILD_DIR --smoke-insns  (CI: the instruction count, 1024 flows, one poll_once)
 set -euo pipefail
 BUILD=$(realpath "${1:?usage: nat_bench.sh BUILD_DIR [SECONDS] | --smoke}")
 SMOKE=0
@@ -83,7 +88,9 @@ elif [[ ${2:-} == --smoke-paired ]]; then
 elif [[ ${2:-} == --smoke-insns ]]; then
     source "$(dirname "$0")/smoke.sh"
     bench_smoke_guard "$BUILD" "EAL, gdb attaching to the daemon"
-    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0 ROUNDS=1 PAIRED=0 INSNS=1
+    # A whole poll (resolve_bench.sh's --smoke-insns steps a burst): both ways of counting a
+    # call's packets, and the PMDs' stripped code named by library, are run in CI.
+    SMOKE=1 SECS=5 FLOWS=1024 HUGE=0 ROUNDS=1 PAIRED=0 INSNS=1 INSNS_FUNCTION=poll_once
 else
     SECS=${2:-10}
     FLOWS=${NAT_BENCH_FLOWS:-1024 65536 1048576}
@@ -95,14 +102,18 @@ else
     FEDGATED_B=${NAT_BENCH_FEDGATED_B:-}
     INSNS=${NAT_BENCH_INSNS:-0}
     LISTING=${NAT_BENCH_INSNS_LISTING:-}
+    INSNS_FUNCTION=${NAT_BENCH_INSNS_FUNCTION:-handle_burst}
 fi
 LISTING=${LISTING:-}
+INSNS_FUNCTION=${INSNS_FUNCTION:-handle_burst}
 if [[ -n $LISTING ]]; then
     ((INSNS > 0)) || { echo "nat_bench: NAT_BENCH_INSNS_LISTING needs NAT_BENCH_INSNS (the listing is the trace's)" >&2; exit 2; }
     mkdir -p "$LISTING" && LISTING=$(realpath "$LISTING") ||
         { echo "nat_bench: NAT_BENCH_INSNS_LISTING '$LISTING' is not a directory that can be made" >&2; exit 2; }
 fi
 INSNS=${INSNS:-0}
+[[ $INSNS_FUNCTION == handle_burst || $INSNS_FUNCTION == poll_once ]] ||
+    { echo "nat_bench: NAT_BENCH_INSNS_FUNCTION must be handle_burst or poll_once, got '$INSNS_FUNCTION'" >&2; exit 2; }
 [[ $INSNS =~ ^[0-9]+$ ]] && ((INSNS <= 20)) ||
     { echo "nat_bench: NAT_BENCH_INSNS must be 0..20 (bursts to step through; 0: no instruction count), got '$INSNS'" >&2; exit 2; }
 ((INSNS == 0 || PAIRED == 0)) || { echo "nat_bench: NAT_BENCH_INSNS and NAT_BENCH_PAIRED are two different runs: set one" >&2; exit 2; }
@@ -399,11 +410,12 @@ run_insns() {
             return 1
         fi
         out="$WORK/insns-$N-$label.txt"
-        insn_trace "$FG_PID" "$INSNS" "$out" "${LISTING:+$LISTING/insns-$N-$label.lst}" || { stop_all; return 1; }
+        insn_trace "$FG_PID" "$INSNS" "$out" "${LISTING:+$LISTING/insns-$N-$label.lst}" "$INSNS_FUNCTION" ||
+            { stop_all; return 1; }
         stop_all
         rm -rf "/var/run/dpdk/$FG_PREFIX"
         echo "   $label: $(insn_trace_field "$out" per_packet) instructions a packet; by function:"
-        insn_trace_functions "$out"
+        insn_trace_functions "$out" "$([[ $INSNS_FUNCTION == poll_once ]] && echo 10 || echo 5)"
         [[ -z $LISTING ]] || echo "   every instruction: $LISTING/insns-$N-$label.lst"
         INSN_RESULTS+=("$N $label $(insn_trace_field "$out" packets) $(insn_trace_field "$out" per_packet)")
     done
@@ -476,14 +488,15 @@ PY
 done
 
 if ((INSNS)); then
-    python3 - "$INSNS" "$FEDGATED" "$FEDGATED_B" "${INSN_RESULTS[@]}" <<'PY'
+    python3 - "$INSNS" "$FEDGATED" "$FEDGATED_B" "$INSNS_FUNCTION" "${INSN_RESULTS[@]}" <<'PY'
 import sys
-bursts, a, b, *rows = sys.argv[1:]
+calls, a, b, function, *rows = sys.argv[1:]
 per = {}
 for row in rows:
     n, label, packets, x = row.split()
     per.setdefault(int(n), {})[label] = (int(packets), float(x))
-print(f"instructions a packet in Dataplane::handle_burst, callees included, from {bursts} burst(s) stepped under gdb")
+what = "burst(s)" if function == "handle_burst" else "poll(s)"
+print(f"instructions a packet in Dataplane::{function}, callees included, from {calls} {what} stepped under gdb")
 print(f"once every flow has its session (tests/bench/insn_trace.py); fedgated: {a}" + (f"; fedgated_b: {b}" if b else ""))
 print(f"  {'flows':>8} {'packets':>8} {'fedgated':>9}" + (f" {'fedgated_b':>10} {'b/fedgated':>10}" if b else ""))
 for n in sorted(per):

@@ -56,6 +56,9 @@
 #                                   hits flow; for RESOLVE_BENCH_FEDGATED_B too where it is given
 #   RESOLVE_BENCH_INSNS_LISTING=DIR with RESOLVE_BENCH_INSNS: also every instruction executed, with its
 #                                   count a packet, to DIR/resolve-insns-LABEL.lst
+#   RESOLVE_BENCH_INSNS_FUNCTION=handle_burst  with RESOLVE_BENCH_INSNS: handle_burst (a burst's
+#                                   work), or poll_once (a whole poll, the PMDs' receive and send
+#                                   included; per request taken in)
 #   RESOLVE_BENCH_HUGE=1            part 1: testpmd and fedgated on 2 MB hugepages, which the script
 #                                   reserves and gives back (tests/bench/huge.sh); 0, or a machine
 #                                   that cannot reserve them: --no-huge (the lines say which)
@@ -95,7 +98,7 @@ if [[ ${2:-} == --smoke ]]; then
     FEDGATED_B=""
     if [[ ${3:-} == paired ]]; then PARTS="1" PAIRED=2 FEDGATED_B=$BUILD/controlplane/fedgated; fi
     # --smoke-insns: part 1's instruction count, one burst of 32 requests stepped.
-    INSNS=0 LISTING=""
+    INSNS=0 LISTING="" INSNS_FUNCTION=handle_burst
     if [[ ${3:-} == insns ]]; then PARTS="1" INSNS=1 RECORDS=1024; fi
     LAT_N=20 REG_N=20 PING_N=10 GWPING_N=10 STEP_N=1000
 else
@@ -116,6 +119,7 @@ else
     FEDGATED_B=${RESOLVE_BENCH_FEDGATED_B:-}
     INSNS=${RESOLVE_BENCH_INSNS:-0}
     LISTING=${RESOLVE_BENCH_INSNS_LISTING:-}
+    INSNS_FUNCTION=${RESOLVE_BENCH_INSNS_FUNCTION:-handle_burst}
 fi
 ETCD_MEMBERS=${RESOLVE_BENCH_ETCD_MEMBERS:-3}
 TXN_OPS=${RESOLVE_BENCH_TXN_OPS:-128}
@@ -150,6 +154,8 @@ uint_in RESOLVE_BENCH_PAIRED "$PAIRED" 0 100
     { echo "resolve_bench: RESOLVE_BENCH_SLICE must be 0.5..30 seconds, got '$SLICE'" >&2; exit 2; }
 ((PAIRED == 0)) || ROUNDS=1  # the paired turns are their own rounds
 uint_in RESOLVE_BENCH_INSNS "$INSNS" 0 20
+[[ $INSNS_FUNCTION == handle_burst || $INSNS_FUNCTION == poll_once ]] ||
+    { echo "resolve_bench: RESOLVE_BENCH_INSNS_FUNCTION must be handle_burst or poll_once, got '$INSNS_FUNCTION'" >&2; exit 2; }
 ((INSNS == 0 || PAIRED == 0)) ||
     { echo "resolve_bench: RESOLVE_BENCH_INSNS and RESOLVE_BENCH_PAIRED are two different runs: set one" >&2; exit 2; }
 if ((INSNS)); then
@@ -272,7 +278,7 @@ run_part1() {
     # fedgated hold their memory at once, so three, four with fedgated_b); given back before the lab.
     if ((HUGE)); then bench_huge_reserve "$WORK/huge" "$(($(eal_mb "$(part1_mbufs)" 2176 huge) * (PAIRED ? 3 + (${#FEDGATED_B} > 0) : 1)))" resolve_bench; fi
     if ((INSNS)); then
-        say "== part 1: a cache hit's instructions in Dataplane::handle_burst ($RECORDS records, $REQUESTS requests from 16 requesters, $INSNS burst(s) stepped under gdb)$which"
+        say "== part 1: a cache hit's instructions in Dataplane::$INSNS_FUNCTION ($RECORDS records, $REQUESTS requests from 16 requesters, $INSNS call(s) of it stepped under gdb)$which"
     elif ((PAIRED)); then
         say "== part 1: cache hits on the data plane beside dpdk-testpmd ($RECORDS records, $REQUESTS requests from 16 requesters, paired turns: $PAIRED rounds of ${SLICE}s slices)$which"
     else
@@ -522,7 +528,7 @@ part1_insns() {
             return 0
         fi
         out=$WORK/resolve-insns-$label.txt
-        if ! insn_trace "${PIDS[-1]}" "$INSNS" "$out" "${LISTING:+$LISTING/resolve-insns-$label.lst}"; then
+        if ! insn_trace "${PIDS[-1]}" "$INSNS" "$out" "${LISTING:+$LISTING/resolve-insns-$label.lst}" "$INSNS_FUNCTION"; then
             stop_all
             result "part 1: FAILED (the instruction trace of $label)"
             smoke_fail "part 1: the instruction trace of $label failed"
@@ -531,8 +537,8 @@ part1_insns() {
         stop_all
         rm -rf "/var/run/dpdk/$FG_PREFIX"
         per=$(insn_trace_field "$out" per_packet)
-        result "part 1: $label: $per instructions a request answered from the cache ($(insn_trace_field "$out" packets) requests stepped; $bin)"
-        insn_trace_functions "$out"
+        result "part 1: $label: $per instructions a request answered from the cache, in $INSNS_FUNCTION ($(insn_trace_field "$out" packets) requests stepped; $bin)"
+        insn_trace_functions "$out" "$([[ $INSNS_FUNCTION == poll_once ]] && echo 10 || echo 5)"
         [[ -z $LISTING ]] || say "  every instruction: $LISTING/resolve-insns-$label.lst"
         if [[ -z $per_a ]]; then per_a=$per; else result "part 1: ratio fedgated_b/fedgated instructions $("$PY" -c "import sys; print(f'{float(sys.argv[2]) / float(sys.argv[1]):.3f}')" "$per_a" "$per")"; fi
     done
