@@ -946,16 +946,16 @@ void Dataplane::publish_gauges() {
 // ---------------------------------------------------------------------------------------------
 // The resolution service: client requests on internal ports, peer messages on the external port.
 
-[[gnu::always_inline]] inline bool Dataplane::udp_checksum_ok(const rte_mbuf* m, const rte_ipv4_hdr* ip,
-                                                               const rte_udp_hdr* udp, uint16_t l4_len) {
-    if (udp->dgram_cksum == 0) return true;  // none sent
+[[gnu::always_inline]] inline Dataplane::UdpChecksum Dataplane::udp_checksum(const rte_mbuf* m, const rte_ipv4_hdr* ip,
+                                                                             const rte_udp_hdr* udp, uint16_t l4_len) {
+    if (udp->dgram_cksum == 0) return UdpChecksum::vouched;  // none sent
     const uint64_t verdict = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
-    if (verdict == RTE_MBUF_F_RX_L4_CKSUM_BAD) return false;
-    if (verdict == RTE_MBUF_F_RX_L4_CKSUM_GOOD || verdict == RTE_MBUF_F_RX_L4_CKSUM_NONE) return true;
+    if (verdict == RTE_MBUF_F_RX_L4_CKSUM_BAD) return UdpChecksum::bad;
+    if (verdict == RTE_MBUF_F_RX_L4_CKSUM_GOOD || verdict == RTE_MBUF_F_RX_L4_CKSUM_NONE) return UdpChecksum::vouched;
     // Pseudo-header plus the segment, checksum included, sums to all ones when it is right.
     const uint64_t sum = uint64_t{pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, l4_len)} +
                          raw_sum(reinterpret_cast<const uint8_t*>(udp), l4_len);
-    return sums_to_ones(sum);
+    return sums_to_ones(sum) ? UdpChecksum::summed : UdpChecksum::bad;
 }
 
 [[gnu::always_inline]] inline bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& f) {
@@ -984,12 +984,11 @@ void Dataplane::publish_gauges() {
     if (std::memcmp(msg, kRequestHead, sizeof kRequestHead) != 0 || load_be32(msg + offsetof(MsgHeader, channel)) != 0)
         return false;
     const auto* const udp = reinterpret_cast<const rte_udp_hdr*>(d + kL4);
-    if (!udp_checksum_ok(m, ip, udp, kRequestIpLen - sizeof(rte_ipv4_hdr))) return false;
-    // Summed here just now (a checksum sent, no verdict of the port's): the request's sum is known
-    // to be right, and the reply's follows from it (below). Read before the reply is written over it.
-    const bool request_summed = udp->dgram_cksum != 0 && (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_UNKNOWN;
+    const UdpChecksum checked = udp_checksum(m, ip, udp, kRequestIpLen - sizeof(rte_ipv4_hdr));
+    if (checked == UdpChecksum::bad) return false;
+    // Summed here just now: the request's checksum field is right, and the reply's follows from it
+    // (below). Read before the reply is written over it.
     const uint16_t request_sum = udp->dgram_cksum;
-    const uint32_t request_dst = ip->dst_addr;
     ReplyRoute& rr = reply_routes_[(f.src_ip * 0x9e3779b1u) >> 24];
     if (rr.ip != f.src_ip) {
         uint32_t nh = 0;
@@ -1009,7 +1008,7 @@ void Dataplane::publish_gauges() {
     msg[offsetof(MsgHeader, type)] = static_cast<uint8_t>(MsgType::resolve_reply);
     store_be16(msg + offsetof(MsgHeader, body_len), kReplyBody);
     const uint32_t src = ports_[rr.out].cfg.addr;
-    if (request_summed && !ports_[rr.out].cfg.tx_cksum) {
+    if (checked == UdpChecksum::summed && !ports_[rr.out].cfg.tx_cksum) {
         // The reply's UDP checksum from the request's, as RFC 1624 updates a checksum, over the
         // whole datagram: the reply is the request with the addresses and ports swapped (which
         // leaves a sum as it is), the source our port's address where the request's destination
@@ -1029,7 +1028,7 @@ void Dataplane::publish_gauges() {
         store_be64(reinterpret_cast<ResolveReplyBody*>(body)->target, target.value);
         // The request's sum without its checksum field is minus that field (the whole summed to 0xffff).
         uint16_t udp_sum = static_cast<uint16_t>(~fold_sum(minus(request_sum) + halves_sum(src) + 2 * uint64_t{0xffff} -
-                                                           halves_sum(request_dst) + kChanged +
+                                                           halves_sum(f.dst_ip) + kChanged +
                                                            write_hit_record(body, a.source, *a.entry)));
         if (udp_sum == 0) udp_sum = 0xffff;  // 0 would mean "no checksum"
         store_udp_ipv4(ip, src, f.src_ip, resolve_port_be_, f.src_port, sizeof(MsgHeader) + kReplyBody,
@@ -1051,7 +1050,7 @@ void Dataplane::publish_gauges() {
 }
 
 void Dataplane::handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p) {
-    if (!udp_checksum_ok(m, at<rte_ipv4_hdr>(m, p.l3_offset), at<rte_udp_hdr>(m, p.l4_offset), p.l4_len))
+    if (udp_checksum(m, at<rte_ipv4_hdr>(m, p.l3_offset), at<rte_udp_hdr>(m, p.l4_offset), p.l4_len) == UdpChecksum::bad)
         return drop(m, in, DropReason::resolve_malformed);
     ParsedMsg msg;
     const std::span<const uint8_t> dgram(rte_pktmbuf_mtod_offset(m, const uint8_t*, p.payload_offset), p.payload_len);

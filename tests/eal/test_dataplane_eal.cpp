@@ -777,19 +777,16 @@ TEST_F(ResolveDataplaneTest, HitsAnsweredInPlaceAreTheGeneralPathsFramesAndCount
     // The two ends of one's-complement arithmetic, where a reply's checksum follows from its
     // request's: a request whose checksum field is 0xffff (its sum 0, as RFC 768 sends it), and
     // one whose reply's is (the reply's sum 0). Request IDs found by trying.
+    const auto sum_field = [](const std::vector<uint8_t>& f) { return f.size() > 41 ? f[40] << 8 | f[41] : -1; };
     const auto id_with = [&](const std::function<bool(uint64_t)>& ok) {
         for (uint64_t id = 100; id < 100 + 0x20000; ++id)
             if (ok(id)) return id;
         ADD_FAILURE() << "no request ID found";
         return uint64_t{0};
     };
-    const uint64_t request_ones = id_with([&](uint64_t id) {
-        const std::vector<uint8_t> f = resolve_request(local.pid, id);
-        return f[40] == 0xff && f[41] == 0xff;
-    });
+    const uint64_t request_ones = id_with([&](uint64_t id) { return sum_field(resolve_request(local.pid, id)) == 0xffff; });
     const uint64_t reply_ones = id_with([&](uint64_t id) {
-        const std::vector<uint8_t> f = expected_reply(local.pid, id, ResolveStatus::ok, AnswerSource::local, &local);
-        return f[40] == 0xff && f[41] == 0xff;
+        return sum_field(expected_reply(local.pid, id, ResolveStatus::ok, AnswerSource::local, &local)) == 0xffff;
     });
     in.push_back({0, resolve_request(local.pid, request_ones)});                       // in place
     in.push_back({0, resolve_request(local.pid, reply_ones)});                         // in place
@@ -840,7 +837,6 @@ TEST_F(ResolveDataplaneTest, HitsAnsweredInPlaceAreTheGeneralPathsFramesAndCount
     EXPECT_EQ(fast.counts, general.counts);
     // What the general path did with them, so that the comparison is not of two empty runs.
     EXPECT_EQ(general.frames[0].size(), 16u);  // 15 replies and an ARP request (a 16th reply waits on it)
-    const auto sum_field = [](const std::vector<uint8_t>& f) { return f.size() > 41 ? f[40] << 8 | f[41] : -1; };
     EXPECT_EQ(sum_field(in[in.size() - 2].frame), 0xffff) << "the request whose checksum is 0xffff";
     EXPECT_EQ(sum_field(fast.frames[0][15]), 0xffff) << "the reply whose checksum is 0xffff (the last frame)";
     EXPECT_EQ(fast.counts[1], in_place + 4u)
