@@ -12,6 +12,29 @@ insn_trace_function() {
     esac
 }
 
+# insn_trace_knobs PREFIX INSNS LISTING FUNCTION: a script's PREFIX_INSNS_LISTING and
+# PREFIX_INSNS_FUNCTION knobs checked (PREFIX: NAT_BENCH, RESOLVE_BENCH), exiting 2 with a message
+# that names the bad one; sets INSN_LISTING to the listing directory's absolute path (made here),
+# empty for none. Called from the script's own shell, after PREFIX_INSNS is checked.
+# shellcheck disable=SC2034  # INSN_LISTING is read by the sourcing script
+insn_trace_knobs() {
+    local prefix=$1 insns=$2 listing=$3 function=$4 script=${1,,}
+    insn_trace_function "$function" >/dev/null ||
+        { echo "$script: ${prefix}_INSNS_FUNCTION must be handle_burst or poll_once, got '$function'" >&2; exit 2; }
+    INSN_LISTING=""
+    [[ -n $listing ]] || return 0
+    ((insns > 0)) || { echo "$script: ${prefix}_INSNS_LISTING needs ${prefix}_INSNS (the listing is the trace's)" >&2; exit 2; }
+    if ! mkdir -p "$listing"; then
+        echo "$script: ${prefix}_INSNS_LISTING '$listing' is not a directory that can be made" >&2
+        exit 2
+    fi
+    INSN_LISTING=$(realpath "$listing")
+}
+
+# insn_trace_functions_shown FUNCTION: how many functions a summary lists (a burst's are inlined
+# into a few; a poll's reach into the PMDs and the housekeeping).
+insn_trace_functions_shown() { [[ $1 == poll_once ]] && echo 10 || echo 5; }
+
 # insn_trace PID CALLS OUT [LISTING] [FUNCTION]: steps PID's data-plane thread through CALLS calls of
 # FUNCTION (handle_burst, the default: a burst; poll_once: a whole poll, the PMDs' receive and send
 # included); OUT gets insn_trace.py's lines (packets, instructions, per_packet, function NAME COUNT),

@@ -104,18 +104,13 @@ else
     LISTING=${NAT_BENCH_INSNS_LISTING:-}
     INSNS_FUNCTION=${NAT_BENCH_INSNS_FUNCTION:-handle_burst}
 fi
-LISTING=${LISTING:-}
-INSNS_FUNCTION=${INSNS_FUNCTION:-handle_burst}
-if [[ -n $LISTING ]]; then
-    ((INSNS > 0)) || { echo "nat_bench: NAT_BENCH_INSNS_LISTING needs NAT_BENCH_INSNS (the listing is the trace's)" >&2; exit 2; }
-    mkdir -p "$LISTING" && LISTING=$(realpath "$LISTING") ||
-        { echo "nat_bench: NAT_BENCH_INSNS_LISTING '$LISTING' is not a directory that can be made" >&2; exit 2; }
-fi
 INSNS=${INSNS:-0}
-[[ $INSNS_FUNCTION == handle_burst || $INSNS_FUNCTION == poll_once ]] ||
-    { echo "nat_bench: NAT_BENCH_INSNS_FUNCTION must be handle_burst or poll_once, got '$INSNS_FUNCTION'" >&2; exit 2; }
 [[ $INSNS =~ ^[0-9]+$ ]] && ((INSNS <= 20)) ||
     { echo "nat_bench: NAT_BENCH_INSNS must be 0..20 (bursts to step through; 0: no instruction count), got '$INSNS'" >&2; exit 2; }
+# shellcheck source=tests/bench/insn_trace.sh
+source "$(dirname "$0")/insn_trace.sh"
+insn_trace_knobs NAT_BENCH "$INSNS" "${LISTING:-}" "${INSNS_FUNCTION:=handle_burst}"
+LISTING=$INSN_LISTING
 ((INSNS == 0 || PAIRED == 0)) || { echo "nat_bench: NAT_BENCH_INSNS and NAT_BENCH_PAIRED are two different runs: set one" >&2; exit 2; }
 SLICE=${SLICE:-2}
 FEDGATED_B=${FEDGATED_B:-}
@@ -164,8 +159,6 @@ stop_all() {
 source "$(dirname "$0")/huge.sh"
 # shellcheck source=tests/bench/testpmd_rate.sh
 source "$(dirname "$0")/testpmd_rate.sh"
-# shellcheck source=tests/bench/insn_trace.sh
-source "$(dirname "$0")/insn_trace.sh"
 bench_huge_init
 cleanup() {
     stop_all
@@ -415,7 +408,7 @@ run_insns() {
         stop_all
         rm -rf "/var/run/dpdk/$FG_PREFIX"
         echo "   $label: $(insn_trace_field "$out" per_packet) instructions a packet; by function:"
-        insn_trace_functions "$out" "$([[ $INSNS_FUNCTION == poll_once ]] && echo 10 || echo 5)"
+        insn_trace_functions "$out" "$(insn_trace_functions_shown "$INSNS_FUNCTION")"
         [[ -z $LISTING ]] || echo "   every instruction: $LISTING/insns-$N-$label.lst"
         INSN_RESULTS+=("$N $label $(insn_trace_field "$out" packets) $(insn_trace_field "$out" per_packet)")
     done

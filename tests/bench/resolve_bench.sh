@@ -154,18 +154,15 @@ uint_in RESOLVE_BENCH_PAIRED "$PAIRED" 0 100
     { echo "resolve_bench: RESOLVE_BENCH_SLICE must be 0.5..30 seconds, got '$SLICE'" >&2; exit 2; }
 ((PAIRED == 0)) || ROUNDS=1  # the paired turns are their own rounds
 uint_in RESOLVE_BENCH_INSNS "$INSNS" 0 20
-[[ $INSNS_FUNCTION == handle_burst || $INSNS_FUNCTION == poll_once ]] ||
-    { echo "resolve_bench: RESOLVE_BENCH_INSNS_FUNCTION must be handle_burst or poll_once, got '$INSNS_FUNCTION'" >&2; exit 2; }
+# shellcheck source=tests/bench/insn_trace.sh
+source "$(dirname "$0")/insn_trace.sh"
+insn_trace_knobs RESOLVE_BENCH "$INSNS" "$LISTING" "$INSNS_FUNCTION"
+LISTING=$INSN_LISTING
 ((INSNS == 0 || PAIRED == 0)) ||
     { echo "resolve_bench: RESOLVE_BENCH_INSNS and RESOLVE_BENCH_PAIRED are two different runs: set one" >&2; exit 2; }
 if ((INSNS)); then
     PARTS="1" ROUNDS=1 HUGE=0  # stepped, not timed: --no-huge does as well
     command -v gdb >/dev/null || { echo "resolve_bench: RESOLVE_BENCH_INSNS needs gdb (tools/deps.sh installs it)" >&2; exit 1; }
-fi
-if [[ -n $LISTING ]]; then
-    ((INSNS > 0)) || { echo "resolve_bench: RESOLVE_BENCH_INSNS_LISTING needs RESOLVE_BENCH_INSNS (the listing is the trace's)" >&2; exit 2; }
-    mkdir -p "$LISTING" && LISTING=$(realpath "$LISTING") ||
-        { echo "resolve_bench: RESOLVE_BENCH_INSNS_LISTING '$LISTING' is not a directory that can be made" >&2; exit 2; }
 fi
 [[ -x $FEDGATED && -f $FEDGATED ]] ||
     { echo "resolve_bench: RESOLVE_BENCH_FEDGATED '$FEDGATED' is not an executable file" >&2; exit 2; }
@@ -211,8 +208,6 @@ LAB_IS_UP=0
 source "$(dirname "$0")/huge.sh"
 # shellcheck source=tests/bench/testpmd_rate.sh
 source "$(dirname "$0")/testpmd_rate.sh"
-# shellcheck source=tests/bench/insn_trace.sh
-source "$(dirname "$0")/insn_trace.sh"
 bench_huge_init
 PIDS=()
 stop_all() {
@@ -538,7 +533,7 @@ part1_insns() {
         rm -rf "/var/run/dpdk/$FG_PREFIX"
         per=$(insn_trace_field "$out" per_packet)
         result "part 1: $label: $per instructions a request answered from the cache, in $INSNS_FUNCTION ($(insn_trace_field "$out" packets) requests stepped; $bin)"
-        insn_trace_functions "$out" "$([[ $INSNS_FUNCTION == poll_once ]] && echo 10 || echo 5)"
+        insn_trace_functions "$out" "$(insn_trace_functions_shown "$INSNS_FUNCTION")"
         [[ -z $LISTING ]] || say "  every instruction: $LISTING/resolve-insns-$label.lst"
         if [[ -z $per_a ]]; then per_a=$per; else result "part 1: ratio fedgated_b/fedgated instructions $("$PY" -c "import sys; print(f'{float(sys.argv[2]) / float(sys.argv[1]):.3f}')" "$per_a" "$per")"; fi
     done
