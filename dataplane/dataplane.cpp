@@ -64,6 +64,10 @@ int Dataplane::route_for_nat(const void* self, uint32_t dst, uint32_t* next_hop)
     return route(static_cast<const Dataplane*>(self)->port_cfgs_, dst, next_hop);
 }
 
+bool Dataplane::source_ok_for_nat(const void* self, uint32_t src, uint16_t port) {
+    return static_cast<const Dataplane*>(self)->ipv4_source_ok(src, port);
+}
+
 std::vector<DpPeerState> make_peer_table(const std::vector<DpPeer>& peers, uint64_t start_seq, PeerVerifyLimit limit) {
     std::vector<DpPeerState> table;
     table.reserve(peers.size());
@@ -127,6 +131,9 @@ Dataplane::Dataplane(const DataplaneConfig& cfg, const std::vector<DpPortConfig>
                 throw std::invalid_argument("neighbour table too small for the static neighbours");
     }
     if (shared.roce != nullptr) roce_port_be_ = rte_cpu_to_be_16(kRoceV2Port);
+    // What ipv4_source_ok() reads (checks_, addrs_, addr_filter_) is fixed from here on, as the
+    // NAT's check needs.
+    nat_.set_source_check(source_ok_for_nat, this);
     nat_.log_events(rings.session_events != nullptr);
     standby_src_ = shared.standby;
     standby_ = standby_src_ != nullptr && standby_src_->load(std::memory_order_acquire);
@@ -279,15 +286,19 @@ void Dataplane::flush_session_events() {
                                                                              FastPacket& f) const {
     const uint8_t* d = rte_pktmbuf_mtod(m, const uint8_t*);
     if (!parse_fast(d, rte_pktmbuf_data_len(m), rx_ip_checksum(m), f)) return FastKind::none;
-    // handle()'s and handle_ipv4()'s checks before the NAT, on the frames that pass them all
-    // (parse_fast took at least 42 bytes).
-    if (!l2_for_us(d, in) || !l2_source_ok(d) || !ipv4_source_ok(f.src_ip, in)) return FastKind::none;
+    // handle()'s checks of the Ethernet header (parse_fast took at least 42 bytes).
+    if (!l2_for_us(d, in) || !l2_source_ok(d)) return FastKind::none;
     // The resolution service's and RoCE's datagrams are not the NAT's (and owner_of() steers
-    // anything to the RoCE port by its flow, not as a session port). A session's packet needs no
-    // hand-off: every session key names one of our addresses, and a worker holds only the sessions
-    // of packets owner_of() gave it (its session ports' replies, its flows), so a session found
-    // here (on the port its direction arrives on) is this worker's.
-    return is_service(f.ip_proto, f.dst_port) ? FastKind::service : FastKind::flow;
+    // anything to the RoCE port by its flow, not as a session port): handle_ipv4()'s check of the
+    // source here. A flow's packet is checked by its session instead: one that matches a session
+    // key on the port the session takes it from has a source that passed ipv4_source_ok() there
+    // when the session opened (Nat::set_source_check); any other leaves the established-flow path
+    // for the full one, which checks it (handle_ipv4). A session's packet needs no hand-off: every
+    // session key names one of our addresses, and a worker holds only the sessions of packets
+    // owner_of() gave it (its session ports' replies, its flows), so a session found here (on the
+    // port its direction arrives on) is this worker's.
+    if (is_service(f.ip_proto, f.dst_port)) return ipv4_source_ok(f.src_ip, in) ? FastKind::service : FastKind::none;
+    return FastKind::flow;
 }
 
 [[gnu::always_inline]] inline void Dataplane::send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop,

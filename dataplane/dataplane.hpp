@@ -417,10 +417,11 @@ private:
     static RxChecksum rx_ip_checksum(const rte_mbuf* m);  // the port's verdict on the IPv4 header sum
     // parse_fast() on the frame, and the checks handle() and handle_ipv4() make before the NAT:
     // `flow` when the NAT's established-flow path may take it (Nat::forward_established), which
-    // then leaves nothing for the full path to decide; `service` for a datagram to the resolution
-    // or RoCE port, which handle() takes from parsed_of_fast() with no second parse and no flow
-    // hash; `none` for the rest (parsed in full). Not for a standby (the caller asks only when
-    // active: a standby's packets all take the full path).
+    // then leaves nothing for the full path to decide (the source is vouched for by the session
+    // the packet must match there); `service` for a datagram to the resolution or RoCE port, which
+    // handle() takes from parsed_of_fast() with no second parse and no flow hash; `none` for the
+    // rest (parsed in full). Not for a standby (the caller asks only when active: a standby's
+    // packets all take the full path).
     enum class FastKind : uint8_t { none, flow, service };
     // A UDP datagram to the resolution port, or anything to the RoCE port: never a session's.
     bool is_service(uint8_t ip_proto, uint16_t dst_port_be) const {
@@ -561,6 +562,7 @@ private:
     uint64_t addr_filter_ = 0;             // bit addr_bit(a) set for each a of addrs_
     std::vector<DpPortConfig> port_cfgs_;  // for route(); off the per-packet path
     static int route_for_nat(const void* self, uint32_t dst, uint32_t* next_hop);
+    static bool source_ok_for_nat(const void* self, uint32_t src, uint16_t port);  // ipv4_source_ok() for the NAT
     static std::vector<NatPort> nat_ports(const std::vector<DpPortConfig>& ports);
     LcoreCounters counters_;
     NeighbourTable neigh_;

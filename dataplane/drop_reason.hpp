@@ -39,6 +39,7 @@ namespace fedgate {
     X(ttl_expired, "TTL ran out on a packet the gateway would forward")                  \
     X(map_source_denied, "source not allowed by the import mapping, or not behind its port")          \
     X(map_peer_denied, "sender is not a peer the export mapping allows")                 \
+    X(map_bad_target, "mapping's target address is zero, broadcast, multicast or ours: replies could not come from it") \
     X(tcp_no_session, "TCP segment other than a SYN, with no session")                    \
     X(session_wrong_port, "packet of a session arrived on the wrong gateway port")        \
     X(session_table_full, "new session refused: session table full")                     \

@@ -290,6 +290,18 @@ bool Nat::alloc_port(Pool pool, L4Proto proto, const FlowKey& reverse, uint16_t*
 
 Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port, uint32_t reply_hop, Pool pool,
                    uint8_t kind, uint64_t now_ms, DropReason* why) {
+    // The sources both directions' packets will come from, on the ports they will arrive on
+    // (set_source_check): the opening packet's was checked before the NAT saw it.
+    if (source_ok_ != nullptr) {
+        if (!source_ok_(source_ctx_, k.src, reply_port)) {
+            *why = DropReason::ipv4_bad_source;
+            return nullptr;
+        }
+        if (!source_ok_(source_ctx_, out.dst, out.out_port)) {
+            *why = DropReason::map_bad_target;
+            return nullptr;
+        }
+    }
     const L4Proto proto = l4_of(k.proto);
     PortPool& ports = pools_[static_cast<int>(pool)][static_cast<int>(proto)];
     FlowKey reverse{out.dst, out.src, out.dport, 0, k.proto, {0, 0, 0}};

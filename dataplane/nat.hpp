@@ -118,8 +118,23 @@ public:
 
     // `route(dst, &next_hop)` gives the port index and next hop for a destination (network order).
     using RouteFn = int (*)(const void* ctx, uint32_t dst, uint32_t* next_hop);
+    // `source_ok(src, port)`: whether a packet from `src` (network order) arriving on `port` passes
+    // the data plane's check of IPv4 sources (not zero, broadcast, multicast or one of ours).
+    using SourceFn = bool (*)(const void* ctx, uint32_t src, uint16_t port);
 
     Nat(const NatConfig& cfg, std::vector<NatPort> ports, const PortMapView* maps, RouteFn route, const void* route_ctx);
+
+    // With a source check set, a session opens only when the sources of both its directions pass
+    // it on the ports they arrive on (the opening packet's on its own port, the replies' on the
+    // port the session sends by): then every packet that matches a session key on the port
+    // forward_established() takes it from has a source that passes too, and the established-flow
+    // path need not check it again. The check must stand for the NAT's life (the ports' addresses
+    // and prefixes are fixed). A session its target's address would break this for is refused
+    // (DropReason::map_bad_target). Without one (unit tests of the NAT alone), nothing is checked.
+    void set_source_check(SourceFn fn, const void* ctx) {
+        source_ok_ = fn;
+        source_ctx_ = ctx;
+    }
 
     // Called for TCP/UDP IPv4 packets that are not fragments. Rewrites the packet in place (headers
     // at `l3`, `p` describes them) when it forwards. `flow_hash`:
@@ -143,7 +158,8 @@ public:
     uint64_t prefetch_session(const ParsedPacket& p, uint32_t h) const { return prefetch_session(key_of(p), h); }
 
     // The established-flow path, for a frame parse_fast() took (IPv4 header at `l3`, 20 bytes): when
-    // the packet belongs to a session, arrived on the port its direction arrives on, leaves with a
+    // the packet belongs to a session (so its source passed the source check when the session
+    // opened: set_source_check), arrived on the port its direction arrives on, leaves with a
     // TTL above 0, and changes nothing of the session but its idle clock (TCP: no FIN or RST, the
     // session neither closing nor waiting for its first reply when this is one, and no MSS option
     // to clamp), the packet is rewritten and counted exactly as handle() would, and the session's
@@ -215,6 +231,8 @@ private:
     const PortMapView* maps_;
     RouteFn route_;
     const void* route_ctx_;
+    SourceFn source_ok_ = nullptr;
+    const void* source_ctx_ = nullptr;
     SessionTable sessions_;
     PortPool pools_[2][kL4Protos];
     NatCounters counters_;

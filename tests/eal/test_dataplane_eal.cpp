@@ -96,7 +96,7 @@ protected:
 
     void SetUp() override { make(DataplaneConfig{}); }
 
-    void make(const DataplaneConfig& cfg, ControlWake* wake = nullptr) {
+    void make(const DataplaneConfig& cfg, ControlWake* wake = nullptr, DpShared shared = {}) {
         teardown();
         static int seq = 0;
         for (int i = 0; i < 2; ++i) {
@@ -113,7 +113,7 @@ protected:
         pc[1] = {ports_[1].handle.port_id, PortRole::external, ports_[1].handle.mac, be(kExternalIp), 24, be("198.19.0.254"), {}};
         punt_ = rte_ring_create(("punt" + std::to_string(seq)).c_str(), 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
         inject_ = rte_ring_create(("inj" + std::to_string(seq)).c_str(), 64, 0, RING_F_SC_DEQ);
-        dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, nullptr, wake});
+        dp_ = std::make_unique<Dataplane>(cfg, pc, g_pool, DpRings{punt_, inject_, nullptr, nullptr, wake}, shared);
         gw_in_ = mac_of(ports_[0].handle.mac);
         gw_ext_ = mac_of(ports_[1].handle.mac);
     }
@@ -287,6 +287,41 @@ TEST_F(DataplaneTest, GarbageIsDroppedAndCountedWithItsReason) {
     }
     EXPECT_EQ(dp_->port_counters(0).total_drops(), cases.size());
     EXPECT_EQ(dp_->port_counters(0).rx_packets.get(), cases.size());
+}
+
+TEST_F(DataplaneTest, AMappingToATargetRepliesCouldNotComeFromOpensNoSession) {
+    // The established-flow path leaves a session's sources unchecked: the session vouches for them
+    // (Nat::set_source_check). So a session must not open toward a node whose replies the full
+    // path would drop as ipv4_bad_source: here the internal subnet's broadcast address.
+    PortMapView maps;
+    ExportRule rule;
+    rule.node_addr = be("198.18.1.255");
+    rule.node_port = htons(80);
+    rule.n_peers = 1;
+    rule.peer_addrs[0] = be("198.19.0.2");
+    maps.publish(L4Proto::tcp, htons(7000), &rule);
+    make(DataplaneConfig{}, nullptr, DpShared{&maps});
+    const auto syn = [&](uint16_t sport) {
+        return PacketBuilder().eth(gw_ext_, kPeerGw).ipv4("198.19.0.2", kExternalIp).tcp(sport, 7000, 0x02).build();
+    };
+    receive(1, syn(45000));
+    dp_->poll_once();
+    EXPECT_EQ(drops(1, DropReason::map_bad_target), 1u);
+    EXPECT_EQ(dp_->nat_counters().sessions_created.get(), 0u);
+    EXPECT_TRUE(sent(0).empty());
+    EXPECT_TRUE(sent(1).empty());
+    // Toward an ordinary node the same mapping opens one (its SYN waits for the node's ARP answer).
+    ExportRule node = rule;
+    node.node_addr = be("198.18.1.20");
+    maps.publish(L4Proto::tcp, htons(7000), &node);
+    receive(1, syn(45001));
+    dp_->poll_once();
+    EXPECT_EQ(dp_->nat_counters().sessions_created.get(), 1u);
+    const auto out = sent(0);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0], PacketBuilder().eth(test::kBroadcast, gw_in_).arp(1, gw_in_, kInternalIp, {}, "198.18.1.20").build());
+    EXPECT_EQ(drops(1, DropReason::map_bad_target), 1u);
+    dp_.reset();  // before the maps it reads
 }
 
 TEST_F(DataplaneTest, InjectedPacketWaitsForArpThenLeavesWithTheLearnedMac) {

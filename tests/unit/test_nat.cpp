@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -730,6 +731,50 @@ TEST(NatPaths, AnImportFromASourceNotBehindTheInternalPortIsRefused) {
     // 198.19.0.77 lives behind the external port: it cannot use an import on the internal one.
     dropped(rig, tcp_frame("198.19.0.77", 40000, kInternalAddr, kImportTcpPort, kSyn), 0, 0, DropReason::map_source_denied);
     EXPECT_EQ(rig.nat.session_count(), 0u);
+}
+
+// The source check the data plane gives the NAT (Nat::set_source_check): here a list of the
+// addresses it refuses, with the calls it got.
+struct SourceCheck {
+    std::vector<std::pair<uint32_t, uint16_t>> refused;  // (address, port) pairs it fails
+    std::vector<std::pair<uint32_t, uint16_t>> asked;
+    static bool check(const void* ctx, uint32_t src, uint16_t port) {
+        auto* self = const_cast<SourceCheck*>(static_cast<const SourceCheck*>(ctx));
+        self->asked.emplace_back(src, port);
+        return std::find(self->refused.begin(), self->refused.end(), std::make_pair(src, port)) == self->refused.end();
+    }
+};
+
+TEST(NatPaths, ASessionOpensOnlyWhenBothDirectionsSourcesPassTheSourceCheck) {
+    NatRig rig;
+    SourceCheck check;
+    rig.nat.set_source_check(SourceCheck::check, &check);
+    // An import: the node's packets arrive on the internal port (0), the peer's replies on the
+    // external one (1); an export the other way round. Each opening asks about both, nothing else.
+    forwarded(rig, node_tcp(40000, kSyn), 0, 0, 1);
+    EXPECT_EQ(check.asked, (std::vector<std::pair<uint32_t, uint16_t>>{{net_addr(kNode), 0}, {net_addr(kPeer), 1}}));
+    check.asked.clear();
+    forwarded(rig, tcp_frame(kPeer, 45000, kExternalAddr, kExportTcpPort, kSyn), 1, 0, 0);
+    EXPECT_EQ(check.asked, (std::vector<std::pair<uint32_t, uint16_t>>{{net_addr(kPeer), 1}, {net_addr(kExportNode), 0}}));
+    EXPECT_EQ(rig.nat.session_count(), 2u);
+    // Established flows are not asked again.
+    check.asked.clear();
+    forwarded(rig, node_tcp(40000, kAck), 0, 1, 1);
+    EXPECT_TRUE(check.asked.empty());
+
+    // A target the replies could not come from: no session, no port taken, counted by its reason.
+    check.refused = {{net_addr(kPeer), 1}};
+    const uint32_t free_before = rig.nat.pool(Nat::Pool::external, L4Proto::tcp).free_count();
+    dropped(rig, node_tcp(40001, kSyn), 0, 2, DropReason::map_bad_target);
+    check.refused = {{net_addr(kExportNode), 0}};
+    dropped(rig, tcp_frame(kPeer, 45001, kExternalAddr, kExportTcpPort, kSyn), 1, 2, DropReason::map_bad_target);
+    // The opening packet's own source (the data plane drops such packets before the NAT; the NAT
+    // holds to it as well).
+    check.refused = {{net_addr(kNode), 0}};
+    dropped(rig, node_tcp(40002, kSyn), 0, 2, DropReason::ipv4_bad_source);
+    EXPECT_EQ(rig.nat.session_count(), 2u);
+    EXPECT_EQ(rig.nat.pool(Nat::Pool::external, L4Proto::tcp).free_count(), free_before);
+    EXPECT_EQ(rig.nat.counters().sessions_created.get(), 2u);
 }
 
 TEST(NatPaths, OnlyAPlainSynOpensATcpSession) {
