@@ -6,6 +6,7 @@
 #include <rte_byteorder.h>
 #include <rte_ip.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -258,8 +259,9 @@ inline void Nat::apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrit
     ip->hdr_checksum = checksum_add(ip->hdr_checksum, rw.l3_delta);  // the TTL's change included
 
     uint8_t* l4 = l3 + ihl;
-    std::memcpy(l4, &rw.sport, 2);
-    std::memcpy(l4 + 2, &rw.dport, 2);
+    // Both ports in one 4-byte copy: they lie side by side in the header and in the rewrite.
+    static_assert(offsetof(NatRewrite, dport) == offsetof(NatRewrite, sport) + 2);
+    std::memcpy(l4, &rw.sport, 4);
     uint16_t* csum = reinterpret_cast<uint16_t*>(l4 + (proto == kIpProtoTcp ? 16 : 6));
     uint16_t c;
     std::memcpy(&c, csum, 2);
