@@ -185,14 +185,16 @@ private:
     // hash, needed only when a deletion moves a slot, is computed again from the key then.
     struct Slot {
         uint64_t addrs = 0;     // the key's dst << 32 | src
-        uint32_t ports = 0;     // sport << 16 | dport
+        uint32_t ports = 0;     // sport and dport as they lie in the key (ports_of)
         uint32_t ref = kEmpty;  // proto << 25 | session index << 1 | direction
         bool holds(const FlowKey& k) const {
             return addrs == addrs_of(k) && ports == ports_of(k) && (ref >> kProtoShift) == k.proto;
         }
         FlowKey key() const {
-            return FlowKey{static_cast<uint32_t>(addrs), static_cast<uint32_t>(addrs >> 32), static_cast<uint16_t>(ports >> 16),
-                           static_cast<uint16_t>(ports), static_cast<uint8_t>(ref >> kProtoShift), {0, 0, 0}};
+            FlowKey k{static_cast<uint32_t>(addrs), static_cast<uint32_t>(addrs >> 32), 0, 0,
+                      static_cast<uint8_t>(ref >> kProtoShift), {0, 0, 0}};
+            std::memcpy(&k.sport, &ports, sizeof ports);
+            return k;
         }
     };
     static_assert(sizeof(Slot) == 16);
@@ -202,7 +204,14 @@ private:
     static constexpr unsigned kProtoShift = 25;
     static constexpr uint8_t kMaxProto = 126;
     static constexpr uint64_t addrs_of(const FlowKey& k) { return static_cast<uint64_t>(k.dst) << 32 | k.src; }
-    static constexpr uint32_t ports_of(const FlowKey& k) { return static_cast<uint32_t>(k.sport) << 16 | k.dport; }
+    // Both ports as one word, in the key's memory order (one 4-byte load where a key's ports sit
+    // side by side, as in a FastPacket or the TCP/UDP header); the hash and the slots use it alike.
+    static uint32_t ports_of(const FlowKey& k) {
+        static_assert(offsetof(FlowKey, dport) == offsetof(FlowKey, sport) + 2);
+        uint32_t w;
+        std::memcpy(&w, &k.sport, sizeof w);
+        return w;
+    }
     static constexpr uint32_t session_of(uint32_t ref) { return (ref & ((1u << kProtoShift) - 1)) >> 1; }
 
     // CRC32-C of the key as two 64-bit words from the table's seed, then one multiply by a 64-bit
@@ -215,8 +224,8 @@ private:
     // on (1K flows: 39.0-39.2 Mpps against 36.8-38.1, alternated). Inline: the batched path
     // hashes a burst at once.
     uint32_t hash_of(const FlowKey& k) const {
-        const uint64_t addrs = static_cast<uint64_t>(k.dst) << 32 | k.src;
-        const uint64_t rest = static_cast<uint64_t>(k.proto) << 32 | static_cast<uint32_t>(k.sport) << 16 | k.dport;
+        const uint64_t addrs = addrs_of(k);
+        const uint64_t rest = static_cast<uint64_t>(k.proto) << 32 | ports_of(k);
         const uint32_t h = crc32c_u64(rest, crc32c_u64(addrs, seed_));
         return static_cast<uint32_t>((uint64_t{h} * 0x9e3779b97f4a7c15ull) >> 32);
     }
