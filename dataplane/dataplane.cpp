@@ -978,9 +978,11 @@ void Dataplane::publish_gauges() {
     constexpr uint16_t kRequestIpLen = sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader) + sizeof(ResolveBody);
     constexpr uint16_t kReplyBody = sizeof(ResolveReplyBody), kReplyFrame = kMsg + sizeof(MsgHeader) + kReplyBody;
     // Where handle_ipv4() and handle_resolve() would do something else: on the external port,
-    // another worker's packet (PortCheck::answers_in_place), not to us.
+    // another worker's packet (PortCheck::answers_in_place), not to us. To the arrival port's own
+    // address only, one compare: a request to another of our addresses (weak host model) is as
+    // much ours, and the general path answers it.
     if (!checks_[in].answers_in_place || f.ip_proto != kIpProtoUdp || f.dst_port != resolve_port_be_ ||
-        !owns_address(f.dst_ip))
+        f.dst_ip != addrs_[in])
         return false;
     // The reply goes where the request is: one direct segment of its own, at the offset a reset
     // leaves (so the reset keeps the request's bytes where they are: the headroom, the buffer
