@@ -291,7 +291,9 @@ bool Nat::alloc_port(Pool pool, L4Proto proto, const FlowKey& reverse, uint16_t*
 Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port, uint32_t reply_hop, Pool pool,
                    uint8_t kind, uint64_t now_ms, DropReason* why) {
     // The sources both directions' packets will come from, on the ports they will arrive on
-    // (set_source_check): the opening packet's was checked before the NAT saw it.
+    // (set_source_check). The data plane has checked the opening packet's already (handle_ipv4);
+    // it is asked again here so that the invariant the established-flow path relies on holds by
+    // the NAT alone, whoever calls it. Once a session, not per packet.
     if (source_ok_ != nullptr) {
         if (!source_ok_(source_ctx_, k.src, reply_port)) {
             *why = DropReason::ipv4_bad_source;
