@@ -375,10 +375,8 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     ports_[in].counters.rx_packets.add(n);
     ports_[in].counters.rx_bytes.add(bytes);
     for (uint16_t j = 0; j < n; ++j) {
-        if (fast[j])
-            hash[j] = nat_.prefetch_session(Nat::key_of(f[j]), static_cast<uint32_t>(hash[j]));
-        else if (hash[j] != Nat::kNoFlowHash)
-            hash[j] = nat_.prefetch_session(p[j], static_cast<uint32_t>(hash[j]));
+        if (hash[j] != Nat::kNoFlowHash)  // a flow's packet, on the established-flow path or not
+            hash[j] = nat_.prefetch_session(static_cast<uint32_t>(hash[j]));
         else if (service[j] && target[j] != 0)
             resolver_->prefetch_entry(ProcessId{target[j]});
     }

@@ -145,8 +145,8 @@ public:
                    uint64_t flow_hash = kNoFlowHash);
 
     // A burst's first passes (see SessionTable): prefetch(p) hashes a TCP/UDP packet's flow key and
-    // prefetches its slot; prefetch_session(p, h) the session behind it and returns a hint of what
-    // it found (SessionTable::find_hinted), which handle() starts from. Nothing changes.
+    // prefetches its slot; prefetch_session(h) the session behind it and returns a hint of what it
+    // found (SessionTable::find_hinted), which handle() starts from. Nothing changes.
     static FlowKey key_of(const ParsedPacket& p) {
         return FlowKey{p.src_ip, p.dst_ip, p.src_port, p.dst_port, p.ip_proto, {0, 0, 0}};
     }
@@ -154,9 +154,8 @@ public:
         return FlowKey{f.src_ip, f.dst_ip, f.src_port, f.dst_port, f.ip_proto, {0, 0, 0}};
     }
     uint32_t prefetch(const FlowKey& k) const { return sessions_.hash(k); }
-    uint64_t prefetch_session(const FlowKey& k, uint32_t h) const { return sessions_.prefetch_session(k, h); }
+    uint64_t prefetch_session(uint32_t h) const { return sessions_.prefetch_session(h); }
     uint32_t prefetch(const ParsedPacket& p) const { return prefetch(key_of(p)); }
-    uint64_t prefetch_session(const ParsedPacket& p, uint32_t h) const { return prefetch_session(key_of(p), h); }
 
     // The established-flow path, for a frame parse_fast() took (IPv4 header at `l3`, 20 bytes): when
     // the packet belongs to a session (so its source passed the source check when the session
@@ -273,9 +272,12 @@ inline void Nat::apply(uint8_t* l3, uint16_t ihl, uint8_t proto, const NatRewrit
 
 inline NatRewrite* Nat::forward_established(uint8_t* l3, const FastPacket& f, uint16_t in_port, uint64_t now_ms,
                                             uint64_t flow_hash) {
-    const SessionTable::Hit hit = sessions_.find_hinted_by(flow_hash, [&f] { return key_of(f); });
+    static_assert(offsetof(FastPacket, src_ip) == offsetof(FlowKey, src) && offsetof(FastPacket, dst_ip) == offsetof(FlowKey, dst) &&
+                  offsetof(FastPacket, src_port) == offsetof(FlowKey, sport) &&
+                  offsetof(FastPacket, dst_port) == offsetof(FlowKey, dport) && offsetof(FastPacket, ip_proto) == offsetof(FlowKey, proto));
+    const SessionTable::Hit hit = sessions_.find_hinted_by(flow_hash, &f, [&f] { return key_of(f); });
     Session* const s = hit.session;
-    if (s == nullptr || s->rw[1 - hit.dir].out_port != in_port || l3[8] <= 1) return nullptr;
+    if (s == nullptr || s->rw[hit.dir ^ 1].out_port != in_port || l3[8] <= 1) return nullptr;
     uint32_t timeout = cfg_.timeouts.udp_ms;
     if (f.ip_proto == kIpProtoTcp) {
         // What track() would change, and a SYN's MSS option clamp_mss() would read: handle()'s.

@@ -1,5 +1,6 @@
 // Session table: a fixed pool of sessions, each indexed twice in an open-addressing table (linear
-// probing, backward-shift deletion, no tombstones) keyed by CRC32 of the flow key.
+// probing, backward-shift deletion, no tombstones) of the flow keys' hashes, each key checked
+// against its session's line.
 #include "dataplane/session_table.hpp"
 
 #include <rte_hash_crc.h>
@@ -41,7 +42,7 @@ uint32_t SessionTable::random_seed() { return std::random_device{}(); }
 SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed) : seed_(seed) {
     if (max_sessions == 0) throw std::invalid_argument("session table: max_sessions must be positive");
     if (max_sessions > kMaxSessions) throw std::invalid_argument("session table: max_sessions above 16M");
-    static_assert((uint64_t{kMaxSessions} << 1) <= (uint64_t{1} << kProtoShift), "a slot's reference holds every session");
+    static_assert((uint64_t{kMaxSessions} << 1 | 1) < kEmpty, "a slot's reference holds every session");
     pool_ = FixedArray<Session>(max_sessions);
     cold_ = FixedArray<SessionCold>(max_sessions);
     free_.resize(max_sessions);
@@ -62,23 +63,30 @@ SessionTable::Hit SessionTable::find(const FlowKey& k) {
 
 bool SessionTable::contains(const FlowKey& k) const { return slots_[slot_of(k, hash_of(k))].ref != kEmpty; }
 
+uint32_t SessionTable::slot_of_ref(uint32_t h, uint32_t ref) const {
+    uint32_t i = h & mask_;
+    while (slots_[i].ref != kEmpty && slots_[i].ref != ref) i = (i + 1) & mask_;
+    return i;
+}
+
+// The session `ref` names must already hold k (keyed()), for lookups of k's hash to check against.
 bool SessionTable::index(const FlowKey& k, uint32_t ref) {
-    Slot& s = slots_[slot_of(k, hash_of(k))];
+    const uint32_t h = hash_of(k);
+    Slot& s = slots_[slot_of(k, h)];
     if (s.ref != kEmpty) return false;
-    s = Slot{addrs_of(k), ports_of(k), static_cast<uint32_t>(k.proto) << kProtoShift | ref};
+    s = Slot{h, ref};
     changed();
     return true;
 }
 
-void SessionTable::unindex(const FlowKey& k) {
-    const uint32_t h = hash_of(k);
-    uint32_t hole = slot_of(k, h);
+void SessionTable::unindex(uint32_t h, uint32_t ref) {
+    uint32_t hole = slot_of_ref(h, ref);
     if (slots_[hole].ref == kEmpty) return;  // not indexed
     changed();
     slots_[hole] = Slot{};
     // Shift later members of the probe chain back so lookups never stop at the hole early.
     for (uint32_t j = (hole + 1) & mask_; slots_[j].ref != kEmpty; j = (j + 1) & mask_) {
-        const uint32_t home = hash_of(slots_[j].key()) & mask_;
+        const uint32_t home = slots_[j].hash & mask_;
         // Move j into the hole if its home is not in the cyclic range (hole, j].
         const bool home_between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
         if (!home_between) {
@@ -90,9 +98,9 @@ void SessionTable::unindex(const FlowKey& k) {
 }
 
 Session* SessionTable::insert(const FlowKey& forward, const FlowKey& reverse) {
-    // A protocol the index cannot hold is refused like a full table (the NAT makes sessions for
-    // TCP and UDP only).
-    if (free_.empty() || forward == reverse || forward.proto > kMaxProto || reverse.proto > kMaxProto) return nullptr;
+    // Both keys have one protocol, the session's (the NAT's sessions are TCP or UDP); 0 marks a free
+    // session, so a key with it is refused like a full table.
+    if (free_.empty() || forward == reverse || forward.proto == 0 || forward.proto != reverse.proto) return nullptr;
     const uint32_t idx = free_.back();
     Session& s = pool_[idx];
     SessionCold& c = cold_[idx];
@@ -100,17 +108,27 @@ Session* SessionTable::insert(const FlowKey& forward, const FlowKey& reverse) {
     c = SessionCold{};
     c.key[0] = forward;
     c.key[1] = reverse;
+    // The keys as the index checks them (keyed()): each rewrite's addresses and ports are the other
+    // key's reversed.
+    for (int d = 0; d < 2; ++d) {
+        const FlowKey& other = c.key[1 - d];
+        s.rw[d].src = other.dst;
+        s.rw[d].dst = other.src;
+        s.rw[d].sport = other.dport;
+        s.rw[d].dport = other.sport;
+    }
+    s.proto = forward.proto;
     // index() refuses a key already present; undo the first key if the second is refused. Removing
     // the entry just added puts every other slot back where it was (nothing probed past it).
     if (index(forward, idx << 1)) {
         if (index(reverse, idx << 1 | 1)) {
-            s.in_use = true;
             free_.pop_back();
             ++used_;
             return &s;
         }
-        unindex(forward);
+        unindex(hash_of(forward), idx << 1);
     }
+    s = Session{};
     c = SessionCold{};
     return nullptr;
 }
@@ -118,11 +136,11 @@ Session* SessionTable::insert(const FlowKey& forward, const FlowKey& reverse) {
 void SessionTable::erase(Session* s) {
     // Defensive: ignore null, foreign pointers and sessions already free (e.g. erased by on_expire).
     if (std::less<const Session*>{}(s, pool_.data()) ||
-        !std::less<const Session*>{}(s, pool_.data() + pool_.size()) || !s->in_use)
+        !std::less<const Session*>{}(s, pool_.data() + pool_.size()) || !s->in_use())
         return;
     const auto idx = static_cast<uint32_t>(s - pool_.data());
-    unindex(cold_[idx].key[0]);
-    unindex(cold_[idx].key[1]);
+    unindex(hash_of(cold_[idx].key[0]), idx << 1);
+    unindex(hash_of(cold_[idx].key[1]), idx << 1 | 1);
     *s = Session{};
     cold_[idx] = SessionCold{};
     free_.push_back(idx);

@@ -3,6 +3,7 @@
 // allocation only at construction; no EAL needed (unit tests use it directly).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -68,10 +69,13 @@ struct NatRewrite {
 static_assert(offsetof(NatRewrite, out_port) == offsetof(NatRewrite, next_hop) + 4 &&
               offsetof(NatRewrite, neigh) == offsetof(NatRewrite, next_hop) + 6, "hop_word() reads the three");
 
-// One cache line holds everything a packet of either direction reads or writes once its key has
-// matched in the index (which keeps its own copy of the key): both rewrites (the other direction's
-// out_port is the port a packet must arrive on; each remembers its next hop's neighbour entry, so
-// the MAC is found without a lookup), the idle clock and the TCP state. What only creation, expiry
+// One cache line holds everything a packet of either direction reads or writes once the index has
+// pointed at it: both rewrites (the other direction's out_port is the port a packet must arrive on;
+// each remembers its next hop's neighbour entry, so the MAC is found without a lookup), the idle
+// clock and the TCP state, and both keys, implied: a NAT session's replies come from where its
+// packets went, so rw[d]'s addresses and ports are key[1 - d]'s reversed (SessionTable::insert()
+// writes them so, and they never change), and with `proto` that is the key the index's hash-only
+// slots are checked against. What only creation, expiry
 // and listings need is a SessionCold in an array of its own (SessionTable::cold()): with the two in
 // one 128-byte record, the hot lines of a table's sessions lay a line apart, and the CPU's
 // adjacent-line prefetch brought the cold line in beside every hot one a lookup reached.
@@ -82,7 +86,8 @@ struct alignas(64) Session {
     uint8_t tcp_fin = 0;      // bit d: FIN seen from direction d
     bool tcp_rst = false;
     bool replied = false;     // a packet has come back (direction 1): the flow is established
-    bool in_use = false;
+    uint8_t proto = 0;        // both keys' protocol; 0: the session is free
+    bool in_use() const { return proto != 0; }
 };
 // A session's cold fields: creation, expiry, listings.
 struct SessionCold {
@@ -117,47 +122,55 @@ public:
     bool contains(const FlowKey& k) const;
 
     // Batched lookups (a burst at a time, so the cache misses of several packets overlap): hash()
-    // a key and prefetch its home slot; once that line is in, prefetch_session() finds the key's
-    // slot and prefetches the session it indexes; then find_hinted(k, hint) reads the session from cache.
-    // The prefetches never change the outcome.
+    // a key and prefetch its home slot; once that line is in, prefetch_session() finds the first
+    // slot with the key's hash and prefetches the session it points at; then find_hinted(k, hint)
+    // checks the key against that session's line, from cache. The prefetches never change the outcome.
     uint32_t hash(const FlowKey& k) const {
         const uint32_t h = hash_of(k);
-        // Four slots to a line, none across two. A key found past its home slot (half of them, at
+        // Eight slots to a line, none across two. A key found past its home slot (half of them, at
         // the index's load of at most a half) is most often in the next slot: where that is the
         // next line's first, that line too (elsewhere the second prefetch is of the same line).
         __builtin_prefetch(&slots_[h & mask_]);
         __builtin_prefetch(&slots_[(h + 1) & mask_]);
         return h;
     }
-    // Returns a hint for find_hinted(k, hint): what the index holds for k now (its slot's reference, or
-    // none) and the index's epoch, which every change of a slot moves on.
-    uint64_t prefetch_session(const FlowKey& k, uint32_t h) const {
-        const uint32_t ref = slots_[slot_of(k, h)].ref;
+    // Returns a hint for find_hinted(k, hint), `h` being hash(k): what the index holds for the hash
+    // now (the first slot's reference with that hash, or none) and the index's epoch, which every
+    // change of a slot moves on.
+    uint64_t prefetch_session(uint32_t h) const {
+        const uint32_t ref = slots_[slot_of_hash(h)].ref;
         if (ref != kEmpty) __builtin_prefetch(&pool_[session_of(ref)]);
         return static_cast<uint64_t>(ref) << 32 | epoch_;
     }
-    // As find(k), from the hint prefetch_session(k, ...) gave: while no slot has changed since, the
-    // hint is the answer and neither the slot nor the key is read again; otherwise the key is looked
-    // up afresh, so a stale hint never changes the outcome. `hint` must be k's own.
+    // As find(k), from the hint prefetch_session(hash(k)) gave: while no slot has changed since, the
+    // hint's session is checked against the key (keyed()) and the index not read again; where it is
+    // stale, or points at another key of the same hash, the key is looked up afresh, so a hint never
+    // changes the outcome. `hint` must be from k's hash.
     Hit find_hinted(const FlowKey& k, uint64_t hint) {
-        return find_hinted_by(hint, [&k]() -> const FlowKey& { return k; });
+        return find_hinted_by(hint, &k, [&k]() -> const FlowKey& { return k; });
     }
-    // The same, the key made by key_of() only where the hint is stale: the fast path's packets do
-    // not build it on the stack for a call they do not make.
+    // The same, from the key's fields where they lie (`fields`: laid out as a FlowKey up to its
+    // protocol, as a FastPacket is), the key made by key_of() only for a lookup afresh: the fast
+    // path's packets compare their own fields and build no key on the stack.
     template <typename KeyOf>
-    [[gnu::always_inline]] Hit find_hinted_by(uint64_t hint, KeyOf&& key_of) {
+    [[gnu::always_inline]] Hit find_hinted_by(uint64_t hint, const void* fields, KeyOf&& key_of) {
         if (static_cast<uint32_t>(hint) != epoch_) [[unlikely]]
             return find(key_of());
         const uint32_t ref = static_cast<uint32_t>(hint >> 32);
-        if (ref == kEmpty) return {};
-        return {&pool_[session_of(ref)], static_cast<uint8_t>(ref & 1)};
+        if (ref == kEmpty) return {};  // no slot has the key's hash: nor the key
+        Session& s = pool_[session_of(ref)];
+        if (!keyed_at(s, ref, static_cast<const unsigned char*>(fields))) [[unlikely]]
+            return find(key_of());  // another key's slot with the same hash first
+        return {&s, static_cast<uint8_t>(ref & 1)};
     }
     // A session's cold part (its keys, its pool port, the NAT's tag). `s` is one of this table's.
     SessionCold& cold(const Session* s) { return cold_[static_cast<std::size_t>(s - pool_.data())]; }
     const SessionCold& cold(const Session* s) const { return cold_[static_cast<std::size_t>(s - pool_.data())]; }
 
-    // Makes a session indexed under both keys, with in_use set and everything else zeroed, or
-    // returns null when the table is full or either key is already indexed (nothing changes then).
+    // Makes a session indexed under both keys, in use (proto set) with each rewrite's addresses and
+    // ports the other key's reversed (see Session) and everything else zeroed, or returns null when
+    // the table is full, either key is already indexed or the protocol is 0 (nothing changes then).
+    // The rewrites' addresses and ports must stay as they are: the index checks keys against them.
     Session* insert(const FlowKey& forward, const FlowKey& reverse);
     void erase(Session* s);
 
@@ -178,31 +191,18 @@ public:
     uint32_t capacity() const { return static_cast<uint32_t>(pool_.size()); }
 
 private:
-    // The key is kept in the slot, so a lookup compares it without touching the session; the
-    // session is read only on a match (its hot line). 16 bytes, so that four fill a cache line and
-    // none straddles two (at 24, with the key's hash kept too, a third of them did, and a burst's
-    // prefetches waited on miss buffers): the protocol rides in the reference's top bits, and the
-    // hash, needed only when a deletion moves a slot, is computed again from the key then.
+    // A slot holds a key's hash and where it points, not the key: 8 bytes, eight to a cache line, so
+    // the index is half the size it was with the key in the slot (at 64K sessions 2 MB, which the
+    // core's L2 can hold, against 4). A walk compares hashes; the key itself is checked against the
+    // session's line (keyed()), which the packet reads for its rewrite anyway. The full 32-bit hash
+    // is kept, so another key's slot in the walk is taken for this one's about once in 2^32, and
+    // the hash also gives a slot's home when a deletion shifts it back (nothing computed again).
     struct Slot {
-        uint64_t addrs = 0;     // the key's dst << 32 | src
-        uint32_t ports = 0;     // sport and dport as they lie in the key (ports_of)
-        uint32_t ref = kEmpty;  // proto << 25 | session index << 1 | direction
-        bool holds(const FlowKey& k) const {
-            return addrs == addrs_of(k) && ports == ports_of(k) && (ref >> kProtoShift) == k.proto;
-        }
-        FlowKey key() const {
-            FlowKey k{static_cast<uint32_t>(addrs), static_cast<uint32_t>(addrs >> 32), 0, 0,
-                      static_cast<uint8_t>(ref >> kProtoShift), {0, 0, 0}};
-            std::memcpy(&k.sport, &ports, sizeof ports);
-            return k;
-        }
+        uint32_t hash = 0;      // the key's hash_of(); its home slot is hash & mask_
+        uint32_t ref = kEmpty;  // session index << 1 | direction
     };
-    static_assert(sizeof(Slot) == 16);
+    static_assert(sizeof(Slot) == 8);
     static constexpr uint32_t kEmpty = UINT32_MAX;
-    // Session indices take 24 bits (16M sessions), the direction one: protocols up to 126 fit
-    // above them (127 with every lower bit set is kEmpty, which no lookup compares).
-    static constexpr unsigned kProtoShift = 25;
-    static constexpr uint8_t kMaxProto = 126;
     static constexpr uint64_t addrs_of(const FlowKey& k) { return static_cast<uint64_t>(k.dst) << 32 | k.src; }
     // Both ports as one word, in the key's memory order (one 4-byte load where a key's ports sit
     // side by side, as in a FastPacket or the TCP/UDP header); the hash and the slots use it alike.
@@ -212,7 +212,26 @@ private:
         std::memcpy(&w, &k.sport, sizeof w);
         return w;
     }
-    static constexpr uint32_t session_of(uint32_t ref) { return (ref & ((1u << kProtoShift) - 1)) >> 1; }
+    static constexpr uint32_t session_of(uint32_t ref) { return ref >> 1; }
+    // Whether the key at `k` (a FlowKey's layout up to its protocol) is the key of the direction
+    // `ref` names of session `s` (in use): the other direction's rewrite reversed, and the
+    // session's protocol. Addresses as one word and ports as another, as they lie, each compared
+    // with the rewrite's turned end for end (the halves of a word swap places whatever the byte order).
+    static bool keyed_at(const Session& s, uint32_t ref, const unsigned char* k) {
+        const NatRewrite& other = s.rw[(ref & 1) ^ 1];
+        static_assert(offsetof(NatRewrite, dst) == offsetof(NatRewrite, src) + 4 &&
+                      offsetof(NatRewrite, dport) == offsetof(NatRewrite, sport) + 2);
+        uint64_t addrs, key_addrs;
+        uint32_t ports, key_ports;
+        std::memcpy(&addrs, &other.src, sizeof addrs);
+        std::memcpy(&ports, &other.sport, sizeof ports);
+        std::memcpy(&key_addrs, k + offsetof(FlowKey, src), sizeof key_addrs);
+        std::memcpy(&key_ports, k + offsetof(FlowKey, sport), sizeof key_ports);
+        return std::rotl(addrs, 32) == key_addrs && std::rotl(ports, 16) == key_ports && s.proto == k[offsetof(FlowKey, proto)];
+    }
+    static bool keyed(const Session& s, uint32_t ref, const FlowKey& k) {
+        return keyed_at(s, ref, reinterpret_cast<const unsigned char*>(&k));
+    }
 
     // CRC32-C of the key as two 64-bit words from the table's seed, then one multiply by a 64-bit
     // odd constant, keeping the product's upper half: CRC is linear in its input, so flows that
@@ -231,8 +250,10 @@ private:
     }
     uint32_t seed_;
     uint32_t slot_of(const FlowKey& k, uint32_t h) const;  // the slot holding k, or the empty slot ending its chain
+    uint32_t slot_of_hash(uint32_t h) const;  // the first slot with hash h, or the empty slot ending its chain
+    uint32_t slot_of_ref(uint32_t h, uint32_t ref) const;  // the slot holding ref (its key's hash h), or the empty one
     bool index(const FlowKey& k, uint32_t ref);
-    void unindex(const FlowKey& k);
+    void unindex(uint32_t h, uint32_t ref);
 
     FixedArray<Session> pool_;
     FixedArray<SessionCold> cold_;  // cold_[i]: pool_[i]'s
@@ -251,7 +272,13 @@ private:
 inline uint32_t SessionTable::slot_of(const FlowKey& k, uint32_t h) const {
     uint32_t i = h & mask_;
     for (; slots_[i].ref != kEmpty; i = (i + 1) & mask_)
-        if (slots_[i].holds(k)) break;
+        if (slots_[i].hash == h && keyed(pool_[session_of(slots_[i].ref)], slots_[i].ref, k)) break;
+    return i;
+}
+
+inline uint32_t SessionTable::slot_of_hash(uint32_t h) const {
+    uint32_t i = h & mask_;
+    while (slots_[i].ref != kEmpty && slots_[i].hash != h) i = (i + 1) & mask_;
     return i;
 }
 
@@ -263,7 +290,7 @@ uint32_t SessionTable::sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_exp
         const uint32_t at = cursor_;
         Session& s = pool_[at];
         cursor_ = cursor_ + 1 == n ? 0 : cursor_ + 1;
-        if (s.in_use && s.last_seen_ms + s.timeout_ms <= now_ms) {
+        if (s.in_use() && s.last_seen_ms + s.timeout_ms <= now_ms) {
             on_expire(s, std::as_const(cold_[at]));
             erase(&s);
             ++expired;
@@ -275,7 +302,7 @@ uint32_t SessionTable::sweep(uint64_t now_ms, uint32_t budget, OnExpire&& on_exp
 template <typename Visit>
 uint32_t SessionTable::visit(uint32_t from, Visit&& visit) const {
     for (uint32_t i = from; i < capacity(); ++i)
-        if (pool_[i].in_use && !visit(pool_[i], cold_[i])) return i + 1;
+        if (pool_[i].in_use() && !visit(pool_[i], cold_[i])) return i + 1;
     return capacity();
 }
 

@@ -17,7 +17,7 @@ void release_table_memory(void* p);
 
 // A fixed array of value-initialised T, allocated once. Large ones are 2 MB aligned and advised to
 // transparent huge pages before their first touch: a million sessions' hot lines are 64 MB (and their
-// index 64 MB) that lookups reach at random, and 4 KB pages would add a TLB miss to most of them.
+// index 32 MB) that lookups reach at random, and 4 KB pages would add a TLB miss to most of them.
 template <typename T>
 class FixedArray {
 public:

@@ -184,7 +184,7 @@ TEST(NatFixtures, TheBatchedPathInBurstsGivesTheSameVerdictsAndBytes) {
                 if (parsed[j].ip_proto == kIpProtoTcp || parsed[j].ip_proto == kIpProtoUdp) hash[j] = rig.nat.prefetch(parsed[j]);
             }
             for (std::size_t j = 0; j < n; ++j)
-                if (hash[j] != Nat::kNoFlowHash) hash[j] = rig.nat.prefetch_session(parsed[j], static_cast<uint32_t>(hash[j]));
+                if (hash[j] != Nat::kNoFlowHash) hash[j] = rig.nat.prefetch_session(static_cast<uint32_t>(hash[j]));
             for (std::size_t j = 0; j < n; ++j) {
                 const NatCase& c = cases[first + j];
                 SCOPED_TRACE(c.description);
@@ -795,7 +795,7 @@ Nat::Verdict fast_or_full(NatRig& rig, std::vector<uint8_t>& frame, uint16_t in_
     FastPacket f;
     if (parse_fast(frame.data(), static_cast<uint32_t>(frame.size()), RxChecksum::unknown, f)) {
         const FlowKey k = Nat::key_of(f);
-        const uint64_t h = rig.nat.prefetch_session(k, rig.nat.prefetch(k));
+        const uint64_t h = rig.nat.prefetch_session(rig.nat.prefetch(k));
         if (NatRewrite* rw = rig.nat.forward_established(frame.data() + kL3, f, in_port, now, h)) {
             rig.nat.count_established(1);
             *fast = true;
@@ -867,7 +867,7 @@ TEST(NatFastPath, WhatChangesASessionIsLeftToTheFullPath) {
         const FlowKey k = Nat::key_of(p);
         const auto before = session_states(rig.nat);
         const std::vector<uint8_t> bytes = f;
-        EXPECT_EQ(rig.nat.forward_established(f.data() + kL3, p, in, 5, rig.nat.prefetch_session(k, rig.nat.prefetch(k))),
+        EXPECT_EQ(rig.nat.forward_established(f.data() + kL3, p, in, 5, rig.nat.prefetch_session(rig.nat.prefetch(k))),
                   nullptr) << what;
         EXPECT_TRUE(same_bytes(f, bytes)) << what;
         EXPECT_EQ(session_states(rig.nat), before) << what;

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -48,10 +49,17 @@ FlowKey reply(uint32_t id, uint8_t proto = kUdp) {
     return r;
 }
 
+// Everything zero but the keys: in the cold part as given, and in the hot line as the index checks
+// them (each rewrite's addresses and ports the other key's reversed, the protocol).
 bool is_zeroed_apart_from_keys(const SessionTable& t, const Session& s) {
-    Session expect{};
-    expect.in_use = true;
     const SessionCold& c = t.cold(&s);
+    Session expect{};
+    for (int d = 0; d < 2; ++d) {
+        expect.rw[d].src = c.key[1 - d].dst;
+        expect.rw[d].dst = c.key[1 - d].src;
+        expect.rw[d].sport = c.key[1 - d].dport;
+        expect.rw[d].dport = c.key[1 - d].sport;
+    }
     // Field by field: Session has padding, so no memcmp.
     for (int d = 0; d < 2; ++d) {
         const auto& a = s.rw[d];
@@ -62,7 +70,7 @@ bool is_zeroed_apart_from_keys(const SessionTable& t, const Session& s) {
             return false;
     }
     return s.last_seen_ms == 0 && s.timeout_ms == 0 && c.alloc_port == 0 && c.alloc_pool == 0 && c.kind == 0 &&
-           s.tcp_fin == 0 && !s.tcp_rst && !s.replied && s.in_use;
+           s.tcp_fin == 0 && !s.tcp_rst && !s.replied && s.proto == c.key[0].proto && s.in_use();
 }
 
 // The flow hash's CRC32-C, by the instruction where the build targets SSE4.2, is DPDK's.
@@ -110,10 +118,11 @@ TEST(SessionTable, UnknownKeyIsNotFound) {
     EXPECT_EQ(t.find(key(1, kTcp)).session, nullptr);
 }
 
-// The protocol is kept in the index slot's reference bits: the same addresses and ports under TCP
-// and UDP are two sessions, found apart, the largest protocol number that fits too, and a protocol
-// the slot cannot hold is refused as a full table is, with nothing indexed.
-TEST(SessionTable, TheProtocolTellsKeysApartAndOneThatDoesNotFitIsRefused) {
+// The protocol is kept in the session's line, where a key is checked: the same addresses and ports
+// under TCP and UDP are two sessions, found apart, the largest protocol number too. Protocol 0
+// (which marks a free session) and two keys of different protocols are refused as a full table
+// is, with nothing indexed.
+TEST(SessionTable, TheProtocolTellsKeysApartAndZeroOrTwoProtocolsAreRefused) {
     SessionTable t(3);
     Session* udp = t.insert(key(1, kUdp), reply(1, kUdp));
     Session* tcp = t.insert(key(1, kTcp), reply(1, kTcp));
@@ -123,27 +132,90 @@ TEST(SessionTable, TheProtocolTellsKeysApartAndOneThatDoesNotFitIsRefused) {
     EXPECT_EQ(t.find(key(1, kUdp)).session, udp);
     EXPECT_EQ(t.find(reply(1, kTcp)).session, tcp);
     EXPECT_EQ(t.find(reply(1, kTcp)).dir, 1);
-    EXPECT_EQ(t.find(key(1, 126)).session, nullptr);
-    EXPECT_EQ(t.find(key(1, 127)).session, nullptr);
-    EXPECT_EQ(t.insert(key(2, 127), reply(2, 127)), nullptr);
-    EXPECT_EQ(t.insert(key(2, 255), reply(2, 255)), nullptr);
-    EXPECT_EQ(t.find(key(2, 127)).session, nullptr);
+    EXPECT_EQ(t.find(key(1, 255)).session, nullptr);
+    EXPECT_EQ(t.find(key(1, 0)).session, nullptr);
+    EXPECT_EQ(t.insert(key(2, 0), reply(2, 0)), nullptr);
+    EXPECT_EQ(t.insert(key(2, kTcp), reply(2, kUdp)), nullptr);
+    EXPECT_EQ(t.find(key(2, kTcp)).session, nullptr);
+    EXPECT_EQ(t.find(reply(2, kUdp)).session, nullptr);
     EXPECT_EQ(t.size(), 2u);
-    Session* top = t.insert(key(3, 126), reply(3, 126));
+    Session* top = t.insert(key(3, 255), reply(3, 255));
     ASSERT_NE(top, nullptr);
-    EXPECT_EQ(t.find(key(3, 126)).session, top);
-    EXPECT_EQ(t.find(reply(3, 126)).dir, 1);
+    EXPECT_EQ(t.find(key(3, 255)).session, top);
+    EXPECT_EQ(t.find(reply(3, 255)).dir, 1);
     t.erase(udp);
     EXPECT_EQ(t.find(key(1, kUdp)).session, nullptr);
     EXPECT_EQ(t.find(key(1, kTcp)).session, tcp);
-    EXPECT_EQ(t.find(key(3, 126)).session, top);
+    EXPECT_EQ(t.find(key(3, 255)).session, top);
+}
+
+// The index's slots hold hashes, not keys: two keys whose 32-bit hashes are equal (found by search
+// under a fixed seed) share one chain, and each is still told apart by its session's line, found
+// and hinted to its own session and direction, with either inserted first and either erased.
+TEST(SessionTable, KeysWithOneHashAreToldApartByTheirSessions) {
+    constexpr uint32_t kSeed = 20261207;
+    SessionTable probe(1, kSeed);
+    std::unordered_map<uint32_t, uint32_t> seen;  // hash -> the id that had it
+    FlowKey a{}, b{};
+    bool found = false;
+    for (uint32_t id = 0; id < (1u << 22) && !found; ++id) {
+        FlowKey k = key(id & 0xffff);
+        k.sport = htons(static_cast<uint16_t>(1024 + (id >> 16)));
+        const auto [it, fresh] = seen.emplace(probe.hash(k), id);
+        if (!fresh) {
+            a = key(it->second & 0xffff);
+            a.sport = htons(static_cast<uint16_t>(1024 + (it->second >> 16)));
+            b = k;
+            found = true;
+        }
+    }
+    ASSERT_TRUE(found) << "no two keys with one hash among 4M";
+    ASSERT_FALSE(a == b);
+    ASSERT_EQ(probe.hash(a), probe.hash(b));
+    const auto reverse = [](const FlowKey& k) {
+        FlowKey r = k;
+        std::swap(r.src, r.dst);
+        std::swap(r.sport, r.dport);
+        return r;
+    };
+    for (const bool a_first : {true, false}) {
+        SCOPED_TRACE(a_first);
+        SessionTable t(4, kSeed);
+        const FlowKey& first = a_first ? a : b;
+        const FlowKey& second = a_first ? b : a;
+        Session* s1 = t.insert(first, reverse(first));
+        ASSERT_NE(s1, nullptr);
+        // The second key's hash finds the first key's slot: its hint points at the wrong session,
+        // and the session's line says so.
+        EXPECT_EQ(t.find(second).session, nullptr);
+        EXPECT_EQ(t.find_hinted(second, t.prefetch_session(t.hash(second))).session, nullptr);
+        Session* s2 = t.insert(second, reverse(second));
+        ASSERT_NE(s2, nullptr);
+        ASSERT_NE(s1, s2);
+        EXPECT_EQ(t.insert(second, reverse(first)), nullptr);  // already indexed, though its hash's first slot is not its own
+        for (const auto& [k, s] : {std::pair{first, s1}, std::pair{second, s2}}) {
+            EXPECT_EQ(t.find(k).session, s);
+            EXPECT_EQ(t.find(k).dir, 0);
+            const SessionTable::Hit hinted = t.find_hinted(k, t.prefetch_session(t.hash(k)));
+            EXPECT_EQ(hinted.session, s);
+            EXPECT_EQ(hinted.dir, 0);
+            EXPECT_EQ(t.find(reverse(k)).session, s);
+            EXPECT_EQ(t.find(reverse(k)).dir, 1);
+        }
+        t.erase(s1);  // the chain's first: the second's slot shifts back and is still found
+        EXPECT_EQ(t.find(first).session, nullptr);
+        EXPECT_EQ(t.find(second).session, s2);
+        EXPECT_EQ(t.find_hinted(second, t.prefetch_session(t.hash(second))).session, s2);
+        EXPECT_EQ(t.find_hinted(first, t.prefetch_session(t.hash(first))).session, nullptr);
+        EXPECT_EQ(t.size(), 1u);
+    }
 }
 
 TEST(SessionTable, ReusedSessionStartsZeroed) {
     SessionTable t(1);
     Session* s = t.insert(key(1), reply(1));
     ASSERT_NE(s, nullptr);
-    s->rw[0].src = 1;
+    s->rw[0].next_hop = 1;
     s->rw[1].l4_delta = 2;
     s->last_seen_ms = 3;
     s->timeout_ms = 4;
@@ -222,7 +294,7 @@ TEST(SessionTable, EraseFreesTheSlotAndBothKeys) {
 
     t.erase(a);
     EXPECT_EQ(t.size(), 1u);
-    EXPECT_FALSE(a->in_use);
+    EXPECT_FALSE(a->in_use());
     EXPECT_EQ(t.find(key(1)).session, nullptr);
     EXPECT_EQ(t.find(reply(1)).session, nullptr);
     EXPECT_EQ(t.find(key(2)).session, b);
@@ -249,7 +321,7 @@ TEST(SessionTable, ErasingAFreeSessionChangesNothing) {
     t.erase(a);  // twice
     t.erase(nullptr);
     Session outside{};
-    outside.in_use = true;
+    outside.proto = kUdp;
     t.erase(&outside);  // not one of ours
     EXPECT_EQ(t.size(), 1u);
     EXPECT_EQ(t.find(key(2)).session, b);
@@ -300,7 +372,7 @@ TEST(SessionTable, SweepCallsOnExpireBeforeErase) {
         ++calls;
         EXPECT_EQ(&e, s);
         EXPECT_EQ(&c, &t.cold(s));
-        EXPECT_TRUE(e.in_use);
+        EXPECT_TRUE(e.in_use());
         EXPECT_EQ(c.alloc_port, htons(40000));  // still there for the caller to give back
         EXPECT_EQ(t.find(key(1)).session, s);
         EXPECT_EQ(t.find(reply(1)).session, s);
@@ -444,7 +516,7 @@ TEST(SessionTable, RandomOperationsAgreeWithAMapWithAndWithoutSlotHints) {
     // The batched path's hints: what prefetch_session() said some operations ago (the table has
     // changed since for many of them, some are still current) must give find()'s answer.
     std::vector<uint64_t> old_hint(2 * kIds);
-    for (uint32_t n = 0; n < 2 * kIds; ++n) old_hint[n] = t.prefetch_session(key_of(n), t.hash(key_of(n)));
+    for (uint32_t n = 0; n < 2 * kIds; ++n) old_hint[n] = t.prefetch_session(t.hash(key_of(n)));
     auto check_all = [&](int op) {
         ASSERT_EQ(t.size(), live.size()) << "op " << op;
         for (uint32_t n = 0; n < 2 * kIds; ++n) {
@@ -456,14 +528,14 @@ TEST(SessionTable, RandomOperationsAgreeWithAMapWithAndWithoutSlotHints) {
                 ASSERT_EQ(stale.session, hit.session) << "op " << op << " key " << n;
                 ASSERT_EQ(stale.dir, hit.dir) << "op " << op << " key " << n;
             }
-            if (op % 7 == 0) old_hint[n] = t.prefetch_session(k, h);
+            if (op % 7 == 0) old_hint[n] = t.prefetch_session(h);
             const auto it = index.find(n);
             if (it == index.end()) {
                 ASSERT_EQ(hit.session, nullptr) << "op " << op << " key " << n;
             } else {
                 ASSERT_EQ(hit.session, it->second.session) << "op " << op << " key " << n;
                 ASSERT_EQ(hit.dir, it->second.dir) << "op " << op << " key " << n;
-                ASSERT_EQ(t.find_hinted(k, t.prefetch_session(k, h)).session, hit.session) << "op " << op;
+                ASSERT_EQ(t.find_hinted(k, t.prefetch_session(h)).session, hit.session) << "op " << op;
             }
         }
     };
@@ -618,8 +690,8 @@ TEST(SessionTable, ASessionsHotFieldsShareOneCacheLine) {
     EXPECT_TRUE(in_first_line(&s->last_seen_ms, sizeof s->last_seen_ms));
     EXPECT_TRUE(in_first_line(&s->timeout_ms, sizeof s->timeout_ms));
     EXPECT_TRUE(in_first_line(&s->tcp_fin, 1) && in_first_line(&s->tcp_rst, 1) && in_first_line(&s->replied, 1) &&
-                in_first_line(&s->in_use, 1));
-    EXPECT_FALSE(in_first_line(&t.cold(s).key[0], sizeof(FlowKey))) << "keys are cold: the index holds its own copy";
+                in_first_line(&s->proto, 1));
+    EXPECT_FALSE(in_first_line(&t.cold(s).key[0], sizeof(FlowKey))) << "keys are cold: the hot line implies them";
     // The next session's hot line is the next line: no cold line between them for the CPU's
     // adjacent-line prefetch to bring in beside each hot one.
     Session* next = t.insert(key(2), reply(2));
