@@ -281,8 +281,13 @@ inline NatRewrite* Nat::forward_established(uint8_t* l3, const FastPacket& f, ui
     uint32_t timeout = cfg_.timeouts.udp_ms;
     if (f.ip_proto == kIpProtoTcp) {
         // What track() would change, and a SYN's MSS option clamp_mss() would read: handle()'s.
-        if ((f.tcp_flags & (kTcpFin | kTcpRst)) != 0 || s->tcp_rst || s->tcp_fin != 0 ||
-            (hit.dir == 1 && !s->replied) || ((f.tcp_flags & kTcpSyn) != 0 && f.tcp_hlen > 20 && cfg_.mss_clamp != 0))
+        // The session's FIN bits and RST flag side by side, read as one word; a reply before the
+        // first (replied < dir) is track()'s.
+        static_assert(offsetof(Session, tcp_rst) == offsetof(Session, tcp_fin) + 1 && sizeof(Session::tcp_rst) == 1);
+        uint16_t fin_rst;
+        std::memcpy(&fin_rst, &s->tcp_fin, sizeof fin_rst);
+        if ((f.tcp_flags & (kTcpFin | kTcpRst)) != 0 || fin_rst != 0 || uint8_t{s->replied} < hit.dir ||
+            ((f.tcp_flags & kTcpSyn) != 0 && f.tcp_hlen > 20 && cfg_.mss_clamp != 0))
             return nullptr;
         timeout = s->replied ? cfg_.timeouts.tcp_established_ms : cfg_.timeouts.tcp_transitory_ms;
     }

@@ -227,7 +227,9 @@ private:
         std::memcpy(&ports, &other.sport, sizeof ports);
         std::memcpy(&key_addrs, k + offsetof(FlowKey, src), sizeof key_addrs);
         std::memcpy(&key_ports, k + offsetof(FlowKey, sport), sizeof key_ports);
-        return std::rotl(addrs, 32) == key_addrs && std::rotl(ports, 16) == key_ports && s.proto == k[offsetof(FlowKey, proto)];
+        // One test of all three differences, not three branches: GCC laid out the match as the
+        // branch taken and kept the ports' words on the stack across it.
+        return ((std::rotl(addrs, 32) ^ key_addrs) | (std::rotl(ports, 16) ^ key_ports) | (s.proto ^ k[offsetof(FlowKey, proto)])) == 0;
     }
     static bool keyed(const Session& s, uint32_t ref, const FlowKey& k) {
         return keyed_at(s, ref, reinterpret_cast<const unsigned char*>(&k));
