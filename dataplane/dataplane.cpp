@@ -407,8 +407,10 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             handle(m, in, p[j], parsed[j], hash[j]);
             continue;
         }
-        NatRewrite* const rw =
-            nat_.forward_established(rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(rte_ether_hdr)), f[j], in, now_ms_, hash[j]);
+        // The frame's start read once: the rewrite's stores below may alias the mbuf's fields, so
+        // GCC would read them again for the MACs.
+        uint8_t* const eth = rte_pktmbuf_mtod(m, uint8_t*);
+        NatRewrite* const rw = nat_.forward_established(eth + sizeof(rte_ether_hdr), f[j], in, now_ms_, hash[j]);
         if (rw != nullptr) {
             ++established;
             const uint64_t word = rw->hop_word();
@@ -426,7 +428,6 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
                 std::memcpy(&hop_l2_lo, l2, 8);
                 std::memcpy(&hop_l2_hi, l2 + 8, 4);
             }
-            uint8_t* const eth = rte_pktmbuf_mtod(m, uint8_t*);
             std::memcpy(eth, &hop_l2_lo, 8);
             std::memcpy(eth + 8, &hop_l2_hi, 4);
             enqueue(*hop_port, m);

@@ -130,8 +130,11 @@ public:
         // Eight slots to a line, none across two. A key found past its home slot (half of them, at
         // the index's load of at most a half) is most often in the next slot: where that is the
         // next line's first, that line too (elsewhere the second prefetch is of the same line).
-        __builtin_prefetch(&slots_[h & mask_]);
-        __builtin_prefetch(&slots_[(h + 1) & mask_]);
+        // The next slot's address without the wrap to the first: past the last slot it is just past
+        // the array, which a prefetch may name (it never faults), and one addressing mode.
+        const Slot* const home = &slots_[h & mask_];
+        __builtin_prefetch(home);
+        __builtin_prefetch(home + 1);
         return h;
     }
     // Returns a hint for find_hinted(k, hint), `h` being hash(k): what the index holds for the hash
