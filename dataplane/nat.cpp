@@ -321,14 +321,10 @@ Session* Nat::open(const FlowKey& k, const NatRewrite& out, uint16_t reply_port,
         *why = DropReason::session_table_full;
         return nullptr;
     }
-    s->rw[0] = out;
+    s->rw[0] = out;  // its addresses and ports as insert() wrote them, `reverse` being out's reply
     s->rw[0].sport = sport;
     prepare(k, s->rw[0]);
-    NatRewrite& back = s->rw[1];
-    back.src = k.dst;
-    back.dst = k.src;
-    back.sport = k.dport;
-    back.dport = k.sport;
+    NatRewrite& back = s->rw[1];  // insert() wrote its addresses and ports: k reversed
     back.out_port = reply_port;
     back.next_hop = reply_hop;
     prepare(reverse, back);

@@ -37,9 +37,8 @@ FlowKey key(uint32_t id, uint8_t proto = kUdp) {
     return k;
 }
 
-// The reply direction of key(id): addresses and ports swapped.
-FlowKey reply(uint32_t id, uint8_t proto = kUdp) {
-    const FlowKey f = key(id, proto);
+// A key's reply direction: addresses and ports swapped.
+FlowKey reversed(const FlowKey& f) {
     FlowKey r;
     r.src = f.dst;
     r.dst = f.src;
@@ -48,6 +47,9 @@ FlowKey reply(uint32_t id, uint8_t proto = kUdp) {
     r.proto = f.proto;
     return r;
 }
+
+// The reply direction of key(id).
+FlowKey reply(uint32_t id, uint8_t proto = kUdp) { return reversed(key(id, proto)); }
 
 // Everything zero but the keys: in the cold part as given, and in the hot line as the index checks
 // them (each rewrite's addresses and ports the other key's reversed, the protocol).
@@ -155,16 +157,15 @@ TEST(SessionTable, TheProtocolTellsKeysApartAndZeroOrTwoProtocolsAreRefused) {
 TEST(SessionTable, KeysWithOneHashAreToldApartByTheirSessions) {
     constexpr uint32_t kSeed = 20261207;
     SessionTable probe(1, kSeed);
-    std::unordered_map<uint32_t, uint32_t> seen;  // hash -> the id that had it
+    std::unordered_map<uint32_t, FlowKey> seen;  // hash -> the key that had it
     FlowKey a{}, b{};
     bool found = false;
     for (uint32_t id = 0; id < (1u << 22) && !found; ++id) {
         FlowKey k = key(id & 0xffff);
         k.sport = htons(static_cast<uint16_t>(1024 + (id >> 16)));
-        const auto [it, fresh] = seen.emplace(probe.hash(k), id);
+        const auto [it, fresh] = seen.emplace(probe.hash(k), k);
         if (!fresh) {
-            a = key(it->second & 0xffff);
-            a.sport = htons(static_cast<uint16_t>(1024 + (it->second >> 16)));
+            a = it->second;
             b = k;
             found = true;
         }
@@ -172,35 +173,29 @@ TEST(SessionTable, KeysWithOneHashAreToldApartByTheirSessions) {
     ASSERT_TRUE(found) << "no two keys with one hash among 4M";
     ASSERT_FALSE(a == b);
     ASSERT_EQ(probe.hash(a), probe.hash(b));
-    const auto reverse = [](const FlowKey& k) {
-        FlowKey r = k;
-        std::swap(r.src, r.dst);
-        std::swap(r.sport, r.dport);
-        return r;
-    };
     for (const bool a_first : {true, false}) {
         SCOPED_TRACE(a_first);
         SessionTable t(4, kSeed);
         const FlowKey& first = a_first ? a : b;
         const FlowKey& second = a_first ? b : a;
-        Session* s1 = t.insert(first, reverse(first));
+        Session* s1 = t.insert(first, reversed(first));
         ASSERT_NE(s1, nullptr);
         // The second key's hash finds the first key's slot: its hint points at the wrong session,
         // and the session's line says so.
         EXPECT_EQ(t.find(second).session, nullptr);
         EXPECT_EQ(t.find_hinted(second, t.prefetch_session(t.hash(second))).session, nullptr);
-        Session* s2 = t.insert(second, reverse(second));
+        Session* s2 = t.insert(second, reversed(second));
         ASSERT_NE(s2, nullptr);
         ASSERT_NE(s1, s2);
-        EXPECT_EQ(t.insert(second, reverse(first)), nullptr);  // already indexed, though its hash's first slot is not its own
+        EXPECT_EQ(t.insert(second, reversed(first)), nullptr);  // already indexed, though its hash's first slot is not its own
         for (const auto& [k, s] : {std::pair{first, s1}, std::pair{second, s2}}) {
             EXPECT_EQ(t.find(k).session, s);
             EXPECT_EQ(t.find(k).dir, 0);
             const SessionTable::Hit hinted = t.find_hinted(k, t.prefetch_session(t.hash(k)));
             EXPECT_EQ(hinted.session, s);
             EXPECT_EQ(hinted.dir, 0);
-            EXPECT_EQ(t.find(reverse(k)).session, s);
-            EXPECT_EQ(t.find(reverse(k)).dir, 1);
+            EXPECT_EQ(t.find(reversed(k)).session, s);
+            EXPECT_EQ(t.find(reversed(k)).dir, 1);
         }
         t.erase(s1);  // the chain's first: the second's slot shifts back and is still found
         EXPECT_EQ(t.find(first).session, nullptr);
