@@ -3,6 +3,7 @@
 // The NAT rewrites build their per-session deltas from the same arithmetic.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -113,6 +114,45 @@ inline uint64_t raw_sum(const uint8_t* p, std::size_t len) {
     return sum;
 }
 
+// raw_sum() of a span whose length is fixed: the 20 bytes of an IPv4 header without options, the
+// 36 of a resolve request's UDP datagram. On x86-64 a chain of 64-bit adds with carry, the carry
+// out added back in (the sum is then one's complement modulo 2^64 - 1, of which 0xffff is a
+// factor, so fold_sum() gives the same; and it is 0 only when every byte is): 5 and 7
+// instructions where the 32-bit words of raw_sum() take 10 and 18. A last 32-bit word below 2^32
+// leaves no second carry: a carry out of its add leaves a sum below 2^32.
+template <std::size_t N>
+inline uint64_t raw_sum_fixed(const uint8_t* p) {
+    static_assert(N == 20 || N == 36, "a chain is written out for 20 and 36 bytes");
+#if defined(__x86_64__) && defined(__GNUC__)
+    uint64_t sum, tail;
+    // The span as an input operand too, so that the compiler orders the asm after stores to it.
+    if constexpr (N == 20) {
+        asm("movq (%[p]), %[sum]\n\t"
+            "movl 16(%[p]), %k[tail]\n\t"
+            "addq 8(%[p]), %[sum]\n\t"
+            "adcq %[tail], %[sum]\n\t"
+            "adcq $0, %[sum]"
+            : [sum] "=&r"(sum), [tail] "=&r"(tail)
+            : [p] "r"(p), "m"(*reinterpret_cast<const uint8_t(*)[N]>(p))
+            : "cc");
+    } else {
+        asm("movq (%[p]), %[sum]\n\t"
+            "movl 32(%[p]), %k[tail]\n\t"
+            "addq 8(%[p]), %[sum]\n\t"
+            "adcq 16(%[p]), %[sum]\n\t"
+            "adcq 24(%[p]), %[sum]\n\t"
+            "adcq %[tail], %[sum]\n\t"
+            "adcq $0, %[sum]"
+            : [sum] "=&r"(sum), [tail] "=&r"(tail)
+            : [p] "r"(p), "m"(*reinterpret_cast<const uint8_t(*)[N]>(p))
+            : "cc");
+    }
+    return sum;
+#else
+    return raw_sum(p, N);
+#endif
+}
+
 // fold_sum(sum) == 0xffff (a checksummed span verifies), without folding: the folds keep a sum's
 // value modulo 0xffff (2^16 = 1 modulo 0xffff) and take a nonzero sum to 1..0xffff, of which only
 // 0xffff is 0 modulo 0xffff. Divisibility by the odd 0xffff as one multiply and a compare: times
@@ -125,8 +165,8 @@ constexpr uint64_t kMultiplesOfFfffBelow = UINT64_MAX / 0xffff;
 static_assert(0xffffull * kInverseOfFfff == 1);
 constexpr bool sums_to_ones(uint64_t sum) { return sum != 0 && sum * kInverseOfFfff <= kMultiplesOfFfffBelow; }
 
-// True when a 20-byte IPv4 header (no options) sums to all ones, checksum included: five 32-bit
-// words added into 64 bits, in whatever order they are stored (the test is symmetric).
-inline bool ipv4_header20_ok(const uint8_t* ip) { return sums_to_ones(raw_sum(ip, 20)); }
+// True when a 20-byte IPv4 header (no options) sums to all ones, checksum included (the test is
+// symmetric: the words may be summed in whatever order they are stored).
+inline bool ipv4_header20_ok(const uint8_t* ip) { return sums_to_ones(raw_sum_fixed<20>(ip)); }
 
 }  // namespace fedgate

@@ -960,6 +960,7 @@ void Dataplane::publish_gauges() {
 // ---------------------------------------------------------------------------------------------
 // The resolution service: client requests on internal ports, peer messages on the external port.
 
+template <uint16_t kFixedLen>
 [[gnu::always_inline]] inline Dataplane::UdpChecksum Dataplane::udp_checksum(const rte_mbuf* m, const rte_ipv4_hdr* ip,
                                                                              const rte_udp_hdr* udp, uint16_t l4_len) {
     if (udp->dgram_cksum == 0) return UdpChecksum::vouched;  // none sent
@@ -967,8 +968,18 @@ void Dataplane::publish_gauges() {
     if (verdict == RTE_MBUF_F_RX_L4_CKSUM_BAD) return UdpChecksum::bad;
     if (verdict == RTE_MBUF_F_RX_L4_CKSUM_GOOD || verdict == RTE_MBUF_F_RX_L4_CKSUM_NONE) return UdpChecksum::vouched;
     // Pseudo-header plus the segment, checksum included, sums to all ones when it is right.
-    const uint64_t sum = uint64_t{pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, l4_len)} +
-                         raw_sum(reinterpret_cast<const uint8_t*>(udp), l4_len);
+    const auto* const d = reinterpret_cast<const uint8_t*>(udp);
+    uint64_t sum;
+    if constexpr (kFixedLen != 0) {
+        // The pseudo-header's sum is below 2^19: added to a one's-complement sum modulo 2^64 - 1
+        // as an integer it can carry out only from a sum within 2^19 of all ones, and then the
+        // carry's loss is 2^64 = 1 modulo that: added back.
+        const uint64_t body = raw_sum_fixed<kFixedLen>(d);
+        sum = body + pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, kFixedLen);
+        sum += sum < body;
+    } else {
+        sum = uint64_t{pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, l4_len)} + raw_sum(d, l4_len);
+    }
     return sums_to_ones(sum) ? UdpChecksum::summed : UdpChecksum::bad;
 }
 
@@ -1000,7 +1011,7 @@ void Dataplane::publish_gauges() {
     if (std::memcmp(msg, kRequestHead, sizeof kRequestHead) != 0 || load_be32(msg + offsetof(MsgHeader, channel)) != 0)
         return false;
     const auto* const udp = reinterpret_cast<const rte_udp_hdr*>(d + kL4);
-    const UdpChecksum checked = udp_checksum(m, ip, udp, kRequestIpLen - sizeof(rte_ipv4_hdr));
+    const UdpChecksum checked = udp_checksum<kRequestIpLen - sizeof(rte_ipv4_hdr)>(m, ip, udp, kRequestIpLen - sizeof(rte_ipv4_hdr));
     if (checked == UdpChecksum::bad) return false;
     // Summed here just now: the request's checksum field is right, and the reply's follows from it
     // (below). Read before the reply is written over it.

@@ -458,12 +458,14 @@ private:
     void handle_inject(rte_mbuf* m);
     void handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     // handle_resolve()'s check of a datagram's UDP checksum: the port's verdict (RX offload) where
-    // the mbuf carries one, else summed here.
+    // the mbuf carries one, else summed here. kFixedLen: l4_len where the caller knows it (a
+    // resolve request's 36 bytes), summed by raw_sum_fixed(); 0: any length.
     enum class UdpChecksum : uint8_t {
         bad,
         vouched,  // none sent, or the port says good: the field itself may not be right
         summed,   // summed here and right: the field is the datagram's true checksum
     };
+    template <uint16_t kFixedLen = 0>
     static UdpChecksum udp_checksum(const rte_mbuf* m, const rte_ipv4_hdr* ip, const rte_udp_hdr* udp, uint16_t l4_len);
     // A datagram parse_fast() read (`f`, to the resolution port) that is a client's resolve request
     // the cache answers (a record, not "not found"), on a port and worker the general path would

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
 
@@ -30,7 +31,7 @@ TEST(Checksum, AdjustAgreesWithFullRecomputationForRandomEdits) {
     }
 }
 
-// raw_sum (32 bits at a time) folds to DPDK's rte_raw_cksum (16 bits at a time) on every length,
+// raw_sum folds to DPDK's rte_raw_cksum (16 bits at a time) on every length,
 // odd ones and zero included, at every alignment, on random bytes and on the extremes.
 TEST(Checksum, RawSumFoldsToDpdksSumOnEveryLengthAndAlignment) {
     std::mt19937 rng(7);
@@ -42,6 +43,36 @@ TEST(Checksum, RawSumFoldsToDpdksSumOnEveryLengthAndAlignment) {
                 ASSERT_EQ(fold_sum(raw_sum(buf.data() + off, len)), rte_raw_cksum(buf.data() + off, len))
                     << "fill " << fill << ", offset " << off << ", length " << len;
     }
+}
+
+// raw_sum_fixed<N> (a chain of 64-bit adds with carry on x86-64) folds to DPDK's sum for its two
+// lengths, at every alignment, on random bytes, on all ones (every add carries, the case that needs
+// the carry added back) and all zeros, and on spans whose sum folds to all ones exactly (the
+// checksum filled in), which sums_to_ones() must take, and the same spans with one bit flipped,
+// which it must not.
+template <std::size_t N>
+static void expect_fixed_sum_matches_dpdk() {
+    std::mt19937 rng(11);
+    std::array<uint8_t, N + 8> buf{};
+    for (int round = 0; round < 3000; ++round) {
+        for (auto& b : buf) b = round == 0 ? 0xff : round == 1 ? 0x00 : static_cast<uint8_t>(rng());
+        for (std::size_t off = 0; off < 8; ++off) {
+            uint8_t* const p = buf.data() + off;
+            ASSERT_EQ(fold_sum(raw_sum_fixed<N>(p)), rte_raw_cksum(p, N)) << "N " << N << ", round " << round << ", offset " << off;
+            // Bytes 10-11 as the checksum field (where an IPv4 header has it): filled in, the span verifies.
+            p[10] = p[11] = 0;
+            const uint16_t c = static_cast<uint16_t>(~rte_raw_cksum(p, N));
+            std::memcpy(p + 10, &c, 2);
+            ASSERT_TRUE(sums_to_ones(raw_sum_fixed<N>(p))) << "N " << N << ", round " << round << ", offset " << off;
+            p[rng() % N] ^= static_cast<uint8_t>(1u << (rng() % 8));
+            ASSERT_FALSE(sums_to_ones(raw_sum_fixed<N>(p))) << "N " << N << ", round " << round << ", offset " << off;
+        }
+    }
+}
+
+TEST(Checksum, FixedLengthSumsFoldToDpdksSumAndVerifyExactlyTheRightSpans) {
+    expect_fixed_sum_matches_dpdk<20>();
+    expect_fixed_sum_matches_dpdk<36>();
 }
 
 // sums_to_ones(s) is fold_sum(s) == 0xffff without the folds: on the edges (0, the multiples of
