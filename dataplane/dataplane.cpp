@@ -333,13 +333,18 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     ParsedPacket* const p = reinterpret_cast<ParsedPacket*>(parsed_space);
     DropReason parsed[kBurst];
     uint64_t hash[kBurst];
-    uint64_t target[kBurst];  // a resolve request's target (service[j]), 0 for other service datagrams
+    // A resolve request answer_hit_in_place() may answer (service[j]): its target; 0 for any other
+    // service datagram, which the general path takes.
+    uint64_t target[kBurst];
     uint64_t bytes = 0;
     constexpr uint32_t kTargetAt = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader);
     constexpr uint32_t kRequestEnd = kTargetAt + sizeof(ResolveBody);
     // A standby takes nothing but ARP (handle() counts the rest). A local: the packet stores below
     // may alias any member, so a member would be loaded again for every packet.
     const bool standby = standby_;
+    // What answer_hit_in_place() asks of the port: answers here, and at this address.
+    const bool in_place = checks_[in].answers_in_place;
+    const uint32_t in_addr = addrs_[in];
     for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
     for (uint16_t j = 0; j < n; ++j) {
         if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
@@ -355,10 +360,12 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         if (service[j]) {  // the resolution service's or RoCE's: no flow, no second parse (below)
             parsed[j] = DropReason::none;
             hash[j] = Nat::kNoFlowHash;
-            // Perhaps a resolve request: the cache bucket of its target (where a request has it) on
-            // its way, its entry in the next pass.
+            // Perhaps a resolve request to answer in place (a UDP datagram to this port's own
+            // address and the resolution port, long enough to hold a request): the cache bucket of
+            // its target on its way, its entry in the next pass.
             target[j] = 0;
-            if (f[j].dst_port == resolve_port_be_ && resolver_ != nullptr && rte_pktmbuf_data_len(m) >= kRequestEnd) {
+            if (in_place && f[j].dst_port == resolve_port_be_ && f[j].ip_proto == kIpProtoUdp && f[j].dst_ip == in_addr &&
+                rte_pktmbuf_data_len(m) >= kRequestEnd) {
                 target[j] = load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt));
                 resolver_->prefetch_bucket(ProcessId{target[j]});
             }
@@ -398,7 +405,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         if (!fast[j]) {
             hop = nullptr;
             if (service[j]) {
-                if (answer_hit_in_place(m, in, f[j])) {
+                if (target[j] != 0 && answer_hit_in_place(m, f[j], ProcessId{target[j]})) {
                     ++hits_in_place;
                     continue;
                 }
@@ -983,22 +990,25 @@ template <uint16_t kFixedLen>
     return sums_to_ones(sum) ? UdpChecksum::summed : UdpChecksum::bad;
 }
 
-[[gnu::always_inline]] inline bool Dataplane::answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& f) {
+[[gnu::always_inline]] inline bool Dataplane::answer_hit_in_place(rte_mbuf* m, const FastPacket& f, ProcessId target) {
     constexpr uint32_t kL4 = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr), kMsg = kL4 + sizeof(rte_udp_hdr);
     constexpr uint16_t kRequestIpLen = sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader) + sizeof(ResolveBody);
     constexpr uint16_t kReplyBody = sizeof(ResolveReplyBody), kReplyFrame = kMsg + sizeof(MsgHeader) + kReplyBody;
-    // Where handle_ipv4() and handle_resolve() would do something else: on the external port,
-    // another worker's packet (PortCheck::answers_in_place), not to us. To the arrival port's own
-    // address only, one compare: a request to another of our addresses (weak host model) is as
-    // much ours, and the general path answers it.
-    if (!checks_[in].answers_in_place || f.ip_proto != kIpProtoUdp || f.dst_port != resolve_port_be_ ||
-        f.dst_ip != addrs_[in])
-        return false;
     // The reply goes where the request is: one direct segment of its own, at the offset a reset
     // leaves (so the reset keeps the request's bytes where they are: the headroom, the buffer
-    // being longer), with room for the reply.
-    if (m->nb_segs != 1 || !RTE_MBUF_DIRECT(m) || rte_mbuf_refcnt_read(m) != 1 || m->data_off != RTE_PKTMBUF_HEADROOM ||
-        m->buf_len < RTE_PKTMBUF_HEADROOM + kReplyFrame)
+    // being longer), with room for the reply. The data offset, reference count and segment count
+    // lie side by side (DPDK's rearm_data, with the port after them): compared as one word.
+    static_assert(offsetof(rte_mbuf, refcnt) == offsetof(rte_mbuf, data_off) + 2 &&
+                  offsetof(rte_mbuf, nb_segs) == offsetof(rte_mbuf, data_off) + 4 &&
+                  offsetof(rte_mbuf, port) == offsetof(rte_mbuf, data_off) + 6);
+    uint64_t rearm;
+    std::memcpy(&rearm, &m->data_off, sizeof rearm);
+#if RTE_BYTE_ORDER == RTE_LITTLE_ENDIAN
+    constexpr uint64_t kAllButPort = 0xffffffffffffull, kAtHeadroomOnceAlone = RTE_PKTMBUF_HEADROOM | 1ull << 16 | 1ull << 32;
+#else
+    constexpr uint64_t kAllButPort = 0xffffffffffff0000ull, kAtHeadroomOnceAlone = uint64_t{RTE_PKTMBUF_HEADROOM} << 48 | 1ull << 32 | 1ull << 16;
+#endif
+    if ((rearm & kAllButPort) != kAtHeadroomOnceAlone || !RTE_MBUF_DIRECT(m) || m->buf_len < RTE_PKTMBUF_HEADROOM + kReplyFrame)
         return false;
     uint8_t* const d = rte_pktmbuf_mtod(m, uint8_t*);
     auto* const ip = reinterpret_cast<rte_ipv4_hdr*>(d + sizeof(rte_ether_hdr));
@@ -1023,15 +1033,21 @@ template <uint16_t kFixedLen>
         if (out < 0) return false;
         rr = ReplyRoute{f.src_ip, nh, static_cast<uint16_t>(out), 0};
     }
-    const ProcessId target{load_be64(msg + sizeof(MsgHeader))};
     const Resolver::CacheAnswer a = resolver_->request_hit(target, now_ms_);
     if (a.entry == nullptr) return false;
 
     // start_message()'s work, on the request: the frame's length, the header's type and body length
     // (magic, version, the request ID and the zeros stay), the body written over the request's.
-    rte_pktmbuf_reset(m);
-    m->data_len = kReplyFrame;
+    // rte_pktmbuf_reset()'s work, but for what the checks above leave as it is (one direct segment,
+    // so no next segment and no EXTERNAL flag, and the data at the headroom).
+    m->port = RTE_MBUF_PORT_INVALID;
+    m->ol_flags = 0;
+    m->packet_type = 0;
     m->pkt_len = kReplyFrame;
+    m->data_len = kReplyFrame;
+    m->vlan_tci = 0;
+    m->vlan_tci_outer = 0;
+    m->tx_offload = 0;
     msg[offsetof(MsgHeader, type)] = static_cast<uint8_t>(MsgType::resolve_reply);
     store_be16(msg + offsetof(MsgHeader, body_len), kReplyBody);
     const uint32_t src = ports_[rr.out].cfg.addr;

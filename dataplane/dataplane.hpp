@@ -467,14 +467,18 @@ private:
     };
     template <uint16_t kFixedLen = 0>
     static UdpChecksum udp_checksum(const rte_mbuf* m, const rte_ipv4_hdr* ip, const rte_udp_hdr* udp, uint16_t l4_len);
-    // A datagram parse_fast() read (`f`, to the resolution port) that is a client's resolve request
-    // the cache answers (a record, not "not found"), on a port and worker the general path would
-    // answer it on: answered from the burst loop with the reply written where the request is (the
-    // header and addresses changed in place, the requester's route and neighbour remembered).
-    // Gives the frame the general path gives; the caller counts the true returns as
-    // handle_resolve(), Resolver::request() and reply_hit() count a hit (handle_burst: once a burst).
-    // False, with nothing changed or counted, for anything else (the general path takes it).
-    bool answer_hit_in_place(rte_mbuf* m, uint16_t in, const FastPacket& f);
+    // A datagram parse_fast() read (`f`) that is a client's resolve request the cache answers (a
+    // record, not "not found"): answered from the burst loop with the reply written where the
+    // request is (the header and addresses changed in place, the requester's route and neighbour
+    // remembered). The caller has checked where the general path would do something else: `f` is
+    // UDP to the resolution port at the address of the port it came in on (a request to another
+    // of our addresses, weak host model, is as much ours, and the general path answers it), a port
+    // whose requests this worker answers (PortCheck::answers_in_place: not the external port, not
+    // another worker's), the frame long enough for a request, whose target is `target` (as read
+    // from it). Gives the frame the general path gives; the caller counts the true returns as
+    // handle_resolve(), Resolver::request() and reply_hit() count a hit (handle_burst: once a
+    // burst). False, with nothing changed or counted, for anything else (the general path takes it).
+    bool answer_hit_in_place(rte_mbuf* m, const FastPacket& f, ProcessId target);
     // reply_hit()'s body: written in place at `body`; returns its sum for finish_message()
     // (summed_from 0). Counts nothing.
     uint32_t write_hit_body(uint8_t* body, ProcessId target, AnswerSource source, const CacheEntry& e);
