@@ -324,6 +324,15 @@ void Dataplane::flush_session_events() {
 }
 
 void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
+    if (standby_) [[unlikely]] {
+        // A standby takes nothing but ARP: every packet to handle(), which counts the rest.
+        uint64_t bytes = 0;
+        for (uint16_t j = 0; j < n; ++j) bytes += rte_pktmbuf_pkt_len(pkts[j]);
+        ports_[in].counters.rx_packets.add(n);
+        ports_[in].counters.rx_bytes.add(bytes);
+        for (uint16_t j = 0; j < n; ++j) handle(pkts[j], in);
+        return;
+    }
     // Each packet is either on the established-flow path (fast[j]: parse_fast's shape, addressed to
     // this port's MAC, nothing the checks before the NAT would stop) or parsed in full.
     FastPacket f[kBurst];
@@ -339,10 +348,8 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     uint64_t bytes = 0;
     constexpr uint32_t kTargetAt = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader);
     constexpr uint32_t kRequestEnd = kTargetAt + sizeof(ResolveBody);
-    // A standby takes nothing but ARP (handle() counts the rest). A local: the packet stores below
-    // may alias any member, so a member would be loaded again for every packet.
-    const bool standby = standby_;
-    // What answer_hit_in_place() asks of the port: answers here, and at this address.
+    // What answer_hit_in_place() asks of the port: answers here, and at this address. (Locals: the
+    // packet stores below may alias any member, so a member would be loaded again for every packet.)
     const bool in_place = checks_[in].answers_in_place;
     const uint32_t in_addr = addrs_[in];
     for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
@@ -350,7 +357,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
         rte_mbuf* const m = pkts[j];
         bytes += rte_pktmbuf_pkt_len(m);
-        const FastKind kind = standby ? FastKind::none : fast_candidate(m, in, f[j]);
+        const FastKind kind = fast_candidate(m, in, f[j]);
         fast[j] = kind == FastKind::flow;
         service[j] = kind == FastKind::service;
         if (fast[j]) {
@@ -400,6 +407,9 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     uint64_t hop_l2_lo = 0;
     uint32_t hop_l2_hi = 0;
     uint32_t hits_in_place = 0;  // answer_hit_in_place()'s, counted once for the burst
+    // The poll's clock, a local: the rewrite's stores may alias any member, so now_ms_ would be
+    // loaded again for every packet. (handle() and answer_hit_in_place() read the member.)
+    const uint64_t now = now_ms_;
     for (uint16_t j = 0; j < n; ++j) {
         rte_mbuf* const m = pkts[j];
         if (!fast[j]) {
@@ -417,12 +427,12 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         // The frame's start read once: the rewrite's stores below may alias the mbuf's fields, so
         // GCC would read them again for the MACs.
         uint8_t* const eth = rte_pktmbuf_mtod(m, uint8_t*);
-        NatRewrite* const rw = nat_.forward_established(eth + sizeof(rte_ether_hdr), f[j], in, now_ms_, hash[j]);
+        NatRewrite* const rw = nat_.forward_established(eth + sizeof(rte_ether_hdr), f[j], in, now, hash[j]);
         if (rw != nullptr) {
             ++established;
             const uint64_t word = rw->hop_word();
             if (hop == nullptr || word != hop_word) {
-                hop = neigh_.recall(rw->neigh, rw->out_port, rw->next_hop, now_ms_);
+                hop = neigh_.recall(rw->neigh, rw->out_port, rw->next_hop, now);
                 if (hop == nullptr) [[unlikely]] {  // no memo yet, or it no longer holds: look it up
                     send_ipv4(m, rw->out_port, rw->next_hop, &rw->neigh);
                     continue;

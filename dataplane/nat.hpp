@@ -278,7 +278,6 @@ inline NatRewrite* Nat::forward_established(uint8_t* l3, const FastPacket& f, ui
     const SessionTable::Hit hit = sessions_.find_hinted_by(flow_hash, &f, [&f] { return key_of(f); });
     Session* const s = hit.session;
     if (s == nullptr || s->rw[hit.dir ^ 1].out_port != in_port || l3[8] <= 1) return nullptr;
-    uint32_t timeout = cfg_.timeouts.udp_ms;
     if (f.ip_proto == kIpProtoTcp) {
         // What track() would change, and a SYN's MSS option clamp_mss() would read: handle()'s.
         // The session's FIN bits and RST flag side by side, read as one word; a reply before the
@@ -289,10 +288,11 @@ inline NatRewrite* Nat::forward_established(uint8_t* l3, const FastPacket& f, ui
         if ((f.tcp_flags & (kTcpFin | kTcpRst)) != 0 || fin_rst != 0 || uint8_t{s->replied} < hit.dir ||
             ((f.tcp_flags & kTcpSyn) != 0 && f.tcp_hlen > 20 && cfg_.mss_clamp != 0))
             return nullptr;
-        timeout = s->replied ? cfg_.timeouts.tcp_established_ms : cfg_.timeouts.tcp_transitory_ms;
     }
+    // The idle clock alone: the timeout is the one track() set for the session's state (by
+    // protocol, and for TCP by FIN, RST and the first reply), which a packet taken here leaves as
+    // it is.
     s->last_seen_ms = now_ms;
-    s->timeout_ms = timeout;
     NatRewrite& rw = s->rw[hit.dir];
     apply(l3, 20, f.ip_proto, rw);
     return &rw;

@@ -206,6 +206,42 @@ TEST_F(DataplaneTest, ArpRequestForThePortAddressGetsTheExactReply) {
     EXPECT_TRUE(sent(1).empty());
 }
 
+// A standby member of a gateway group learns neighbours from ARP (warm for a takeover) and takes
+// nothing else, not even ARP to answer (the active member owns the addresses): each packet counted
+// in and counted as a drop. From the poll after it becomes active it announces itself and answers;
+// the node's MAC it learnt while standing by takes the answer out without asking for it.
+TEST_F(DataplaneTest, AStandbyLearnsFromArpAndDropsEverythingCountedUntilItBecomesActive) {
+    std::atomic<bool> standby{true};
+    DpShared shared;
+    shared.standby = &standby;
+    make(DataplaneConfig{}, nullptr, shared);
+    const auto arp = PacketBuilder().eth(test::kBroadcast, kNode).arp(1, kNode, "198.18.1.10", {}, kInternalIp).build();
+    const auto echo = PacketBuilder().eth(gw_in_, kNode).ipv4("198.18.1.10", kInternalIp, 61, 5).icmp(8, 0, 7, 1).payload(56).build();
+    receive(0, echo);
+    receive(0, arp);
+    receive(0, echo);
+    EXPECT_EQ(dp_->poll_once(), 3u);
+    EXPECT_TRUE(sent(0).empty());
+    EXPECT_TRUE(sent(1).empty());
+    EXPECT_EQ(drops(0, DropReason::cluster_standby), 3u);
+    EXPECT_EQ(dp_->port_counters(0).rx_packets.get(), 3u);
+    EXPECT_EQ(dp_->port_counters(0).rx_bytes.get(), 2 * echo.size() + arp.size());
+    EXPECT_EQ(dp_->counters().arp_requests_received.get(), 1u);
+
+    standby.store(false);
+    receive(0, echo);
+    dp_->poll_once();
+    const auto out = sent(0);
+    const auto reply = PacketBuilder().eth(kNode, gw_in_).ipv4(kInternalIp, "198.18.1.10", 64, 5).icmp(0, 0, 7, 1).payload(56).build();
+    ASSERT_EQ(out.size(), 2u) << "a gratuitous ARP and the echo reply";
+    EXPECT_EQ(out[0][12] << 8 | out[0][13], 0x0806);
+    EXPECT_EQ(out[1], reply);
+    EXPECT_EQ(dp_->counters().echo_replies_sent.get(), 1u);
+    EXPECT_EQ(dp_->counters().arp_gratuitous_sent.get(), 2u);
+    EXPECT_EQ(drops(0, DropReason::cluster_standby), 3u);
+    EXPECT_EQ(dp_->port_counters(0).rx_packets.get(), 4u);
+}
+
 TEST_F(DataplaneTest, ArpForAnotherAddressIsCountedNotAnswered) {
     receive(0, PacketBuilder().eth(test::kBroadcast, kNode).arp(1, kNode, "198.18.1.10", {}, "198.18.1.99").build());
     dp_->poll_once();
