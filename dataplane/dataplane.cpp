@@ -1046,10 +1046,10 @@ template <uint16_t kFixedLen>
     const Resolver::CacheAnswer a = resolver_->request_hit(target, now_ms_);
     if (a.entry == nullptr) return false;
 
-    // start_message()'s work, on the request: the frame's length, the header's type and body length
-    // (magic, version, the request ID and the zeros stay), the body written over the request's.
     // rte_pktmbuf_reset()'s work, but for what the checks above leave as it is (one direct segment,
-    // so no next segment and no EXTERNAL flag, and the data at the headroom).
+    // so no next segment and no EXTERNAL flag, and the data at the headroom); then start_message()'s,
+    // on the request: the frame's length, the header's type and body length (magic, version, the
+    // request ID and the zeros stay), the body written over the request's.
     m->port = RTE_MBUF_PORT_INVALID;
     m->ol_flags = 0;
     m->packet_type = 0;
