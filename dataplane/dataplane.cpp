@@ -333,18 +333,23 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         for (uint16_t j = 0; j < n; ++j) handle(pkts[j], in);
         return;
     }
-    // Each packet is either on the established-flow path (fast[j]: parse_fast's shape, addressed to
-    // this port's MAC, nothing the checks before the NAT would stop) or parsed in full.
-    FastPacket f[kBurst];
-    bool fast[kBurst], service[kBurst];
+    // Each packet takes one of four lanes, told in the first pass and kept in its FastPacket's
+    // spare byte: the established-flow path (parse_fast's shape, addressed to this port's MAC,
+    // nothing the checks before the NAT would stop), a resolve request answer_hit_in_place() may
+    // answer, another service datagram, or the full parse. One array of them (lane[j].f and its
+    // word side by side), so the passes walk one index and keep one base in a register.
+    enum : uint8_t { kLaneFast, kLaneHit, kLaneService, kLaneFull };
+    struct Lane {
+        FastPacket f;  // f.pad: the lane
+        // fast, full: the flow's hash, then prefetch_session()'s hint (Nat::kNoFlowHash for a full
+        // one's packet that is no flow); hit: the request's target.
+        uint64_t word;
+    };
+    Lane lane[kBurst];
     // Left unwritten (not value-initialised, ~1.5 KB a burst) until parse() fills one in.
     alignas(ParsedPacket) unsigned char parsed_space[kBurst * sizeof(ParsedPacket)];
     ParsedPacket* const p = reinterpret_cast<ParsedPacket*>(parsed_space);
-    DropReason parsed[kBurst];
-    uint64_t hash[kBurst];
-    // A resolve request answer_hit_in_place() may answer (service[j]): its target; 0 for any other
-    // service datagram, which the general path takes.
-    uint64_t target[kBurst];
+    DropReason parsed[kBurst];  // a full lane's
     uint64_t bytes = 0;
     constexpr uint32_t kTargetAt = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader);
     constexpr uint32_t kRequestEnd = kTargetAt + sizeof(ResolveBody);
@@ -356,43 +361,46 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     for (uint16_t j = 0; j < n; ++j) {
         if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
         rte_mbuf* const m = pkts[j];
+        Lane& l = lane[j];
         bytes += rte_pktmbuf_pkt_len(m);
-        const FastKind kind = fast_candidate(m, in, f[j]);
-        fast[j] = kind == FastKind::flow;
-        service[j] = kind == FastKind::service;
-        if (fast[j]) {
-            hash[j] = nat_.prefetch(Nat::key_of(f[j]));
+        const FastKind kind = fast_candidate(m, in, l.f);
+        if (kind == FastKind::flow) {
+            l.f.pad = kLaneFast;
+            l.word = nat_.prefetch(Nat::key_of(l.f));
             continue;
         }
-        if (service[j]) {  // the resolution service's or RoCE's: no flow, no second parse (below)
-            parsed[j] = DropReason::none;
-            hash[j] = Nat::kNoFlowHash;
+        if (kind == FastKind::service) {  // the resolution service's or RoCE's: no flow, no second parse (below)
             // Perhaps a resolve request to answer in place (a UDP datagram to this port's own
             // address and the resolution port, long enough to hold a request): the cache bucket of
             // its target on its way, its entry in the next pass.
-            target[j] = 0;
-            if (in_place && f[j].dst_port == resolve_port_be_ && f[j].ip_proto == kIpProtoUdp && f[j].dst_ip == in_addr &&
+            if (in_place && l.f.dst_port == resolve_port_be_ && l.f.ip_proto == kIpProtoUdp && l.f.dst_ip == in_addr &&
                 rte_pktmbuf_data_len(m) >= kRequestEnd) {
-                target[j] = load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt));
-                resolver_->prefetch_bucket(ProcessId{target[j]});
+                l.f.pad = kLaneHit;
+                l.word = load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt));
+                resolver_->prefetch_bucket(ProcessId{l.word});
+            } else {
+                l.f.pad = kLaneService;
+                l.word = Nat::kNoFlowHash;
             }
             continue;
         }
+        l.f.pad = kLaneFull;
         new (&p[j]) ParsedPacket;
         parsed[j] = parse(m, p[j]);
         const bool flow = parsed[j] == DropReason::none && p[j].ether_type_host == kEtherTypeIpv4 && !p[j].fragment &&
                           (p[j].ip_proto == kIpProtoTcp || p[j].ip_proto == kIpProtoUdp) &&
                           !is_service(p[j].ip_proto, p[j].dst_port);
-        hash[j] = flow ? nat_.prefetch(p[j]) : Nat::kNoFlowHash;
+        l.word = flow ? nat_.prefetch(p[j]) : Nat::kNoFlowHash;
     }
     // Counted once per burst, by the worker that took them off the port.
     ports_[in].counters.rx_packets.add(n);
     ports_[in].counters.rx_bytes.add(bytes);
     for (uint16_t j = 0; j < n; ++j) {
-        if (hash[j] != Nat::kNoFlowHash)  // a flow's packet, on the established-flow path or not
-            hash[j] = nat_.prefetch_session(static_cast<uint32_t>(hash[j]));
-        else if (service[j] && target[j] != 0)
-            resolver_->prefetch_entry(ProcessId{target[j]});
+        Lane& l = lane[j];
+        if (l.f.pad == kLaneHit)
+            resolver_->prefetch_entry(ProcessId{l.word});
+        else if (l.word != Nat::kNoFlowHash)  // a flow's packet, on the established-flow path or not
+            l.word = nat_.prefetch_session(static_cast<uint32_t>(l.word));
     }
     uint32_t established = 0;
     // The next hop the last established flow's packet went to, as recall() vouched for it: a packet
@@ -412,22 +420,25 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     const uint64_t now = now_ms_;
     for (uint16_t j = 0; j < n; ++j) {
         rte_mbuf* const m = pkts[j];
-        if (!fast[j]) {
+        const Lane& l = lane[j];
+        if (l.f.pad != kLaneFast) {
             hop = nullptr;
-            if (service[j]) {
-                if (target[j] != 0 && answer_hit_in_place(m, f[j], ProcessId{target[j]})) {
-                    ++hits_in_place;
-                    continue;
-                }
-                new (&p[j]) ParsedPacket(parsed_of_fast(rte_pktmbuf_mtod(m, const uint8_t*), f[j]));
+            if (l.f.pad == kLaneFull) {
+                handle(m, in, p[j], parsed[j], l.word);
+                continue;
             }
-            handle(m, in, p[j], parsed[j], hash[j]);
+            if (l.f.pad == kLaneHit && answer_hit_in_place(m, l.f, ProcessId{l.word})) {
+                ++hits_in_place;
+                continue;
+            }
+            new (&p[j]) ParsedPacket(parsed_of_fast(rte_pktmbuf_mtod(m, const uint8_t*), l.f));
+            handle(m, in, p[j], DropReason::none, Nat::kNoFlowHash);
             continue;
         }
         // The frame's start read once: the rewrite's stores below may alias the mbuf's fields, so
         // GCC would read them again for the MACs.
         uint8_t* const eth = rte_pktmbuf_mtod(m, uint8_t*);
-        NatRewrite* const rw = nat_.forward_established(eth + sizeof(rte_ether_hdr), f[j], in, now, hash[j]);
+        NatRewrite* const rw = nat_.forward_established(eth + sizeof(rte_ether_hdr), l.f, in, now, l.word);
         if (rw != nullptr) {
             ++established;
             const uint64_t word = rw->hop_word();
@@ -454,7 +465,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         hop = nullptr;
         ParsedPacket full;
         const DropReason r = parse(m, full);
-        handle(m, in, full, r, hash[j]);
+        handle(m, in, full, r, l.word);
     }
     nat_.count_established(established);
     if (hits_in_place != 0) {  // as handle_resolve(), Resolver::request() and reply_hit() count each
