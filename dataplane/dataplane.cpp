@@ -344,6 +344,12 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         // fast, full: the flow's hash, then prefetch_session()'s hint (Nat::kNoFlowHash for a full
         // one's packet that is no flow); hit: the request's target.
         uint64_t word;
+        // hit: the target's cache bucket, then the entry it held (the second pass reads it), so
+        // the answer walks from there without looking the bucket up again.
+        union {
+            const ResolveCache::Bucket* bucket;
+            const CacheEntry* first;
+        };
     };
     Lane lane[kBurst];
     // Left unwritten (not value-initialised, ~1.5 KB a burst) until parse() fills one in.
@@ -377,7 +383,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
                 rte_pktmbuf_data_len(m) >= kRequestEnd) {
                 l.f.pad = kLaneHit;
                 l.word = load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt));
-                resolver_->prefetch_bucket(ProcessId{l.word});
+                l.bucket = resolver_->prefetch_bucket(ProcessId{l.word});
             } else {
                 l.f.pad = kLaneService;
                 l.word = Nat::kNoFlowHash;
@@ -398,7 +404,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     for (uint16_t j = 0; j < n; ++j) {
         Lane& l = lane[j];
         if (l.f.pad == kLaneHit)
-            resolver_->prefetch_entry(ProcessId{l.word});
+            l.first = Resolver::prefetch_entry(l.bucket);
         else if (l.word != Nat::kNoFlowHash)  // a flow's packet, on the established-flow path or not
             l.word = nat_.prefetch_session(static_cast<uint32_t>(l.word));
     }
@@ -427,7 +433,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
                 handle(m, in, p[j], parsed[j], l.word);
                 continue;
             }
-            if (l.f.pad == kLaneHit && answer_hit_in_place(m, l.f, ProcessId{l.word})) {
+            if (l.f.pad == kLaneHit && answer_hit_in_place(m, l.f, ProcessId{l.word}, l.first)) {
                 ++hits_in_place;
                 continue;
             }
@@ -1011,7 +1017,8 @@ template <uint16_t kFixedLen>
     return sums_to_ones(sum) ? UdpChecksum::summed : UdpChecksum::bad;
 }
 
-[[gnu::always_inline]] inline bool Dataplane::answer_hit_in_place(rte_mbuf* m, const FastPacket& f, ProcessId target) {
+[[gnu::always_inline]] inline bool Dataplane::answer_hit_in_place(rte_mbuf* m, const FastPacket& f, ProcessId target,
+                                                                        const CacheEntry* first) {
     constexpr uint32_t kL4 = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr), kMsg = kL4 + sizeof(rte_udp_hdr);
     constexpr uint16_t kRequestIpLen = sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader) + sizeof(ResolveBody);
     constexpr uint16_t kReplyBody = sizeof(ResolveReplyBody), kReplyFrame = kMsg + sizeof(MsgHeader) + kReplyBody;
@@ -1054,7 +1061,7 @@ template <uint16_t kFixedLen>
         if (out < 0) return false;
         rr = ReplyRoute{f.src_ip, nh, static_cast<uint16_t>(out), 0};
     }
-    const Resolver::CacheAnswer a = resolver_->request_hit(target, now_ms_);
+    const Resolver::CacheAnswer a = resolver_->request_hit(target, first, now_ms_);
     if (a.entry == nullptr) return false;
 
     // rte_pktmbuf_reset()'s work, but for what the checks above leave as it is (one direct segment,

@@ -475,10 +475,11 @@ private:
     // of our addresses, weak host model, is as much ours, and the general path answers it), a port
     // whose requests this worker answers (PortCheck::answers_in_place: not the external port, not
     // another worker's), the frame long enough for a request, whose target is `target` (as read
-    // from it). Gives the frame the general path gives; the caller counts the true returns as
+    // from it), and `first` the entry its cache bucket held (Resolver::prefetch_entry, this poll).
+    // Gives the frame the general path gives; the caller counts the true returns as
     // handle_resolve(), Resolver::request() and reply_hit() count a hit (handle_burst: once a
     // burst). False, with nothing changed or counted, for anything else (the general path takes it).
-    bool answer_hit_in_place(rte_mbuf* m, const FastPacket& f, ProcessId target);
+    bool answer_hit_in_place(rte_mbuf* m, const FastPacket& f, ProcessId target, const CacheEntry* first);
     // reply_hit()'s body: written in place at `body`; returns its sum for finish_message()
     // (summed_from 0). Counts nothing.
     uint32_t write_hit_body(uint8_t* body, ProcessId target, AnswerSource source, const CacheEntry& e);

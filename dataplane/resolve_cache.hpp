@@ -53,21 +53,33 @@ public:
     // as absent. The pointer stays valid until the reader's next quiescent state.
     // Inline: a cache hit the data plane answers in place looks its target up here.
     [[gnu::always_inline]] const CacheEntry* find(ProcessId key, uint64_t now_ms) const {
-        for (const CacheEntry* e = buckets_[bucket(key)].load(std::memory_order_acquire); e != nullptr;
-             e = e->next.load(std::memory_order_acquire)) {
+        return find_from(buckets_[bucket(key)].load(std::memory_order_acquire), key, now_ms);
+    }
+    // find() from the entry a bucket held when prefetch_entry() read it (`first`, the same
+    // reader-side section): the chain walked from there, the bucket not looked up again.
+    [[gnu::always_inline]] static const CacheEntry* find_from(const CacheEntry* first, ProcessId key, uint64_t now_ms) {
+        for (const CacheEntry* e = first; e != nullptr; e = e->next.load(std::memory_order_acquire)) {
             if (e->key == key) return e->expires_ms > now_ms ? e : nullptr;
         }
         return nullptr;
     }
     // Ahead of a find() of `key`, in two steps a burst's passes apart (the data plane's burst loop
-    // does this for a burst's requests before it answers any): prefetch_bucket() the bucket's slot;
-    // once that is in, prefetch_entry() the first entry's two lines. Neither changes anything.
-    void prefetch_bucket(ProcessId key) const { __builtin_prefetch(&buckets_[bucket(key)]); }
-    void prefetch_entry(ProcessId key) const {
-        if (const CacheEntry* e = buckets_[bucket(key)].load(std::memory_order_acquire); e != nullptr) {
+    // does this for a burst's requests before it answers any): prefetch_bucket() the bucket's slot,
+    // which it returns; once that is in, prefetch_entry() the first entry's two lines, which it
+    // returns for find_from(). Neither changes anything.
+    using Bucket = std::atomic<CacheEntry*>;
+    const Bucket* prefetch_bucket(ProcessId key) const {
+        const Bucket* const b = &buckets_[bucket(key)];
+        __builtin_prefetch(b);
+        return b;
+    }
+    static const CacheEntry* prefetch_entry(const Bucket* b) {
+        const CacheEntry* const e = b->load(std::memory_order_acquire);
+        if (e != nullptr) {
             __builtin_prefetch(e);
             __builtin_prefetch(reinterpret_cast<const char*>(e) + 64);
         }
+        return e;
     }
 
     // Writer side: one writer at a time (the caller serialises). Entries unlinked here go on the

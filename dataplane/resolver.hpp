@@ -88,15 +88,18 @@ public:
     // request's own packet): when the cache holds a record for `target`, returns the entry;
     // otherwise a null entry, and the caller makes the request() instead. Counts nothing: the
     // caller counts its hits with count_hits() (a burst's at once).
-    CacheAnswer request_hit(ProcessId target, uint64_t now_ms);
+    // `first`: prefetch_entry()'s entry for the target's bucket, read in this reader-side section.
+    CacheAnswer request_hit(ProcessId target, const CacheEntry* first, uint64_t now_ms);
     // `n` requests answered from request_hit()'s entries: counted as request() counts a hit.
     void count_hits(uint64_t n) {
         counters_.requests.add(n);
         counters_.hits.add(n);
     }
     // A request for `target` comes soon: its cache entry prefetched, in two steps (ResolveCache).
-    void prefetch_bucket(ProcessId target) const { cache_.prefetch_bucket(target); }
-    void prefetch_entry(ProcessId target) const { cache_.prefetch_entry(target); }
+    // prefetch_bucket() returns the bucket, for prefetch_entry(); that returns its first entry, for
+    // request_hit().
+    const ResolveCache::Bucket* prefetch_bucket(ProcessId target) const { return cache_.prefetch_bucket(target); }
+    static const CacheEntry* prefetch_entry(const ResolveCache::Bucket* b) { return ResolveCache::prefetch_entry(b); }
     // A peer (index) answered query `query_id`; `record` null means "not here".
     void answer(int peer, uint64_t query_id, ProcessId target, const DmaAddress* record, uint64_t now_ms);
     // A peer asks us. Returns the local record that answers it, or null ("not here").
@@ -165,11 +168,18 @@ private:
     return {};
 }
 
-[[gnu::always_inline]] inline Resolver::CacheAnswer Resolver::request_hit(ProcessId target, uint64_t now_ms) {
+[[gnu::always_inline]] inline Resolver::CacheAnswer Resolver::request_hit(ProcessId target, const CacheEntry* first,
+                                                                           uint64_t now_ms) {
     if (target.value == 0) return {};
-    const CacheAnswer a = cache_answer(target, now_ms);
-    if (a.entry == nullptr || a.entry->kind == CacheKind::negative) return {};
-    return a;
+    // A party-0 ID looks up our own party's first (cache_answer), in another bucket than `first`'s.
+    if (target.party() == 0) [[unlikely]] {
+        const CacheAnswer a = cache_answer(target, now_ms);
+        if (a.entry == nullptr || a.entry->kind == CacheKind::negative) return {};
+        return a;
+    }
+    const CacheEntry* const e = ResolveCache::find_from(first, target, now_ms);
+    if (e == nullptr || e->kind == CacheKind::negative) return {};
+    return {e, e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache};
 }
 
 }  // namespace fedgate

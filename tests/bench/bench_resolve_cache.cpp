@@ -61,9 +61,11 @@ void BM_FindHitBurstPrefetched(benchmark::State& state) {
     std::size_t i = 0;
     uint64_t sum = 0;
     for (auto _ : state) {
-        for (int j = 0; j < kBurst; ++j) f.cache.prefetch_bucket(f.probes[i + j]);
-        for (int j = 0; j < kBurst; ++j) f.cache.prefetch_entry(f.probes[i + j]);
-        for (int j = 0; j < kBurst; ++j) sum += use(f.cache.find(f.probes[i + j], 0));
+        const ResolveCache::Bucket* bucket[kBurst];
+        const CacheEntry* first[kBurst];
+        for (int j = 0; j < kBurst; ++j) bucket[j] = f.cache.prefetch_bucket(f.probes[i + j]);
+        for (int j = 0; j < kBurst; ++j) first[j] = ResolveCache::prefetch_entry(bucket[j]);
+        for (int j = 0; j < kBurst; ++j) sum += use(ResolveCache::find_from(first[j], f.probes[i + j], 0));
         i += kBurst;
         if (i == f.probes.size()) i = 0;
     }
