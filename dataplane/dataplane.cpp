@@ -401,12 +401,13 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     // Counted once per burst, by the worker that took them off the port.
     ports_[in].counters.rx_packets.add(n);
     ports_[in].counters.rx_bytes.add(bytes);
+    const SessionTable::SessionPrefetcher prefetch_session = nat_.session_prefetcher();
     for (uint16_t j = 0; j < n; ++j) {
         Lane& l = lane[j];
         if (l.f.pad == kLaneHit)
             l.first = Resolver::prefetch_entry(l.bucket);
         else if (l.word != Nat::kNoFlowHash)  // a flow's packet, on the established-flow path or not
-            l.word = nat_.prefetch_session(static_cast<uint32_t>(l.word));
+            l.word = prefetch_session(static_cast<uint32_t>(l.word));
     }
     uint32_t established = 0;
     // The next hop the last established flow's packet went to, as recall() vouched for it: a packet

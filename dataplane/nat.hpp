@@ -155,6 +155,8 @@ public:
     }
     uint32_t prefetch(const FlowKey& k) const { return sessions_.hash(k); }
     uint64_t prefetch_session(uint32_t h) const { return sessions_.prefetch_session(h); }
+    // prefetch_session() for a pass that changes no session (SessionTable::SessionPrefetcher).
+    SessionTable::SessionPrefetcher session_prefetcher() const { return sessions_.session_prefetcher(); }
     uint32_t prefetch(const ParsedPacket& p) const { return prefetch(key_of(p)); }
 
     // The established-flow path, for a frame parse_fast() took (IPv4 header at `l3`, 20 bytes): when

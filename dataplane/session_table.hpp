@@ -106,6 +106,8 @@ static_assert(sizeof(Session) == 64, "the hot fields fill exactly one cache line
 static_assert(sizeof(SessionCold) == 36);
 
 class SessionTable {
+    struct Slot;  // the index's (below)
+
 public:
     struct Hit {
         Session* session = nullptr;  // null: no session has this key
@@ -140,11 +142,29 @@ public:
     // Returns a hint for find_hinted(k, hint), `h` being hash(k): what the index holds for the hash
     // now (the first slot's reference with that hash, or none) and the index's epoch, which every
     // change of a slot moves on.
-    uint64_t prefetch_session(uint32_t h) const {
-        const uint32_t ref = slots_[slot_of_hash(h)].ref;
-        if (ref != kEmpty) __builtin_prefetch(&pool_[session_of(ref)]);
-        return static_cast<uint64_t>(ref) << 32 | epoch_;
-    }
+    uint64_t prefetch_session(uint32_t h) const { return session_prefetcher()(h); }
+    // prefetch_session() for a pass over a burst's hashes, with the index's fields read once, not
+    // again for every packet (the pass's stores may alias them, and GCC reloads them): valid while
+    // no slot changes, so for a pass that changes nothing in the table.
+    class SessionPrefetcher {
+    public:
+        uint64_t operator()(uint32_t h) const {
+            uint32_t i = h & mask_;  // the first slot with hash h, or the empty slot ending its chain
+            while (slots_[i].ref != kEmpty && slots_[i].hash != h) i = (i + 1) & mask_;
+            const uint32_t ref = slots_[i].ref;
+            if (ref != kEmpty) __builtin_prefetch(&pool_[session_of(ref)]);
+            return static_cast<uint64_t>(ref) << 32 | epoch_;
+        }
+
+    private:
+        friend class SessionTable;
+        SessionPrefetcher(const Slot* slots, const Session* pool, uint32_t mask, uint32_t epoch)
+            : slots_(slots), pool_(pool), mask_(mask), epoch_(epoch) {}
+        const Slot* slots_;
+        const Session* pool_;
+        uint32_t mask_, epoch_;
+    };
+    SessionPrefetcher session_prefetcher() const { return {slots_.data(), pool_.data(), mask_, epoch_}; }
     // As find(k), from the hint prefetch_session(hash(k)) gave: while no slot has changed since, the
     // hint's session is checked against the key (keyed()) and the index not read again; where it is
     // stale, or points at another key of the same hash, the key is looked up afresh, so a hint never
@@ -255,7 +275,6 @@ private:
     }
     uint32_t seed_;
     uint32_t slot_of(const FlowKey& k, uint32_t h) const;  // the slot holding k, or the empty slot ending its chain
-    uint32_t slot_of_hash(uint32_t h) const;  // the first slot with hash h, or the empty slot ending its chain
     uint32_t slot_of_ref(uint32_t h, uint32_t ref) const;  // the slot holding ref (its key's hash h), or the empty one
     bool index(const FlowKey& k, uint32_t ref);
     void unindex(uint32_t h, uint32_t ref);
@@ -278,12 +297,6 @@ inline uint32_t SessionTable::slot_of(const FlowKey& k, uint32_t h) const {
     uint32_t i = h & mask_;
     for (; slots_[i].ref != kEmpty; i = (i + 1) & mask_)
         if (slots_[i].hash == h && keyed(pool_[session_of(slots_[i].ref)], slots_[i].ref, k)) break;
-    return i;
-}
-
-inline uint32_t SessionTable::slot_of_hash(uint32_t h) const {
-    uint32_t i = h & mask_;
-    while (slots_[i].ref != kEmpty && slots_[i].hash != h) i = (i + 1) & mask_;
     return i;
 }
 
