@@ -64,7 +64,7 @@ struct FastPacket {
     uint8_t ip_proto;
     uint8_t tcp_flags;  // TCP: the flags byte; UDP: 0
     uint8_t tcp_hlen;   // TCP: the header's length in bytes, options included; UDP: 0
-    uint8_t pad;
+    uint8_t pad;        // parse_fast leaves it; the burst loop keeps a packet's lane here
 };
 static_assert(sizeof(FastPacket) == 16);
 
