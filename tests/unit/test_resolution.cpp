@@ -460,6 +460,8 @@ void run_cache_model(uint32_t capacity, uint32_t key_space, uint32_t seed) {
         } else {
             const ProcessId id = key();
             const CacheEntry* e = cache.find(id, now);
+            // The burst loop's way to the same entry: the bucket, its first entry, the walk from there.
+            ASSERT_EQ(ResolveCache::find_from(ResolveCache::prefetch_entry(cache.prefetch_bucket(id)), id, now), e) << op;
             const auto it = model.find(id.value);
             const bool live = it != model.end() && it->second.expires > now;
             ASSERT_EQ(e != nullptr, live) << op;
@@ -590,6 +592,38 @@ TEST(Resolver, LocalHitRepliesOkWithSourceLocal) {
     EXPECT_EQ(rig.res.counters().requests.get(), 1u);
     EXPECT_EQ(rig.res.counters().hits.get(), 1u);
     EXPECT_EQ(rig.res.counters().misses.get(), 0u);
+}
+
+// request_hit() from the entry the burst's second pass read (prefetch_bucket, prefetch_entry): a
+// record's entry and source as cache_answer() gives them; nothing for what the general path takes
+// (a negative entry, an expired one, a miss, target 0). A party-0 ID finds our own party's record.
+TEST(Resolver, RequestHitFromThePrefetchedEntryGivesRecordsOnly) {
+    Rig rig;
+    const ProcessId local = ProcessId::make(1, 2, 3);
+    rig.cache.upsert(local, make_record(local), CacheKind::local, 1, UINT64_MAX);
+    rig.cache.upsert(kA, make_record(kA), CacheKind::announced, 2, UINT64_MAX);
+    rig.cache.upsert(kC, make_record(kC), CacheKind::answered, 3, kT0 + 1);
+    rig.cache.upsert(kB, DmaAddress{}, CacheKind::negative, 2, UINT64_MAX);
+    const auto hit = [&](ProcessId target, uint64_t now) {
+        return rig.res.request_hit(target, Resolver::prefetch_entry(rig.res.prefetch_bucket(target)), now);
+    };
+    for (const ProcessId id : {local, ProcessId::make(0, 2, 3)}) {
+        const Resolver::CacheAnswer a = hit(id, kT0);
+        ASSERT_NE(a.entry, nullptr) << id.value;
+        EXPECT_EQ(a.entry, rig.cache.find(local, kT0));
+        EXPECT_EQ(a.source, AnswerSource::local);
+    }
+    for (const ProcessId id : {kA, kC}) {
+        const Resolver::CacheAnswer a = hit(id, kT0);
+        ASSERT_NE(a.entry, nullptr) << id.value;
+        EXPECT_EQ(a.entry->key.value, id.value);
+        EXPECT_EQ(a.source, AnswerSource::cache);
+    }
+    EXPECT_EQ(hit(kC, kT0 + 1).entry, nullptr);  // expired
+    EXPECT_EQ(hit(kB, kT0).entry, nullptr);      // "not found", cached: the general path's
+    EXPECT_EQ(hit(ProcessId::make(2, 1, 99), kT0).entry, nullptr);
+    EXPECT_EQ(hit(ProcessId{0}, kT0).entry, nullptr);
+    EXPECT_EQ(rig.res.counters().requests.get(), 0u);  // counts nothing
 }
 
 TEST(Resolver, AnnouncedAndAnsweredHitsReplyOkWithSourceCache) {
