@@ -342,7 +342,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     struct Lane {
         FastPacket f;  // f.pad: the lane
         // fast, full: the flow's hash, then prefetch_session()'s hint (Nat::kNoFlowHash for a full
-        // one's packet that is no flow); hit: the request's target (not 0); service: kNoFlowHash.
+        // one's packet that is no flow); hit: the request's target; service: kNoFlowHash.
         uint64_t word;
         // hit: the target's cache bucket, then the entry it held (the second pass reads it), so
         // the answer walks from there without looking the bucket up again.
@@ -377,19 +377,19 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
         }
         if (kind == FastKind::service) {  // the resolution service's or RoCE's: no flow, no second parse (below)
             // Perhaps a resolve request to answer in place (a UDP datagram to this port's own
-            // address and the resolution port, long enough to hold a request, with a target): the
-            // cache bucket of its target on its way, its entry in the next pass.
+            // address and the resolution port, long enough to hold a request): the cache bucket of
+            // its target on its way, its entry in the next pass. (Target 0, a bad request, too:
+            // Resolver::request_hit() refuses it, and the general path answers it. Told apart
+            // here, by a branch or without, it cost 2-4% of the hits' rate in paired turns.)
             if (in_place && l.f.dst_port == resolve_port_be_ && l.f.ip_proto == kIpProtoUdp && l.f.dst_ip == in_addr &&
                 rte_pktmbuf_data_len(m) >= kRequestEnd) {
+                l.f.pad = kLaneHit;
                 l.word = load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt));
-                if (l.word != 0) {  // target 0, a bad request, is the general path's
-                    l.f.pad = kLaneHit;
-                    l.bucket = resolver_->prefetch_bucket(ProcessId{l.word});
-                    continue;
-                }
+                l.bucket = resolver_->prefetch_bucket(ProcessId{l.word});
+            } else {
+                l.f.pad = kLaneService;
+                l.word = Nat::kNoFlowHash;
             }
-            l.f.pad = kLaneService;
-            l.word = Nat::kNoFlowHash;
             continue;
         }
         l.f.pad = kLaneFull;
