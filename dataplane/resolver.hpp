@@ -116,6 +116,12 @@ public:
     void set_peers(std::vector<uint16_t>& parties);
 
 private:
+    // The answer an entry the cache found under the target itself gives (null: none).
+    static CacheAnswer answer_of(const CacheEntry* e) {
+        if (e == nullptr) return {};
+        if (e->kind == CacheKind::negative) return {e, AnswerSource::negative_cache};
+        return {e, e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache};
+    }
     struct Pending {
         ProcessId target;
         uint64_t query_id = 0;  // 0: slot free
@@ -161,25 +167,17 @@ private:
             e != nullptr && e->kind == CacheKind::local)
             return {e, AnswerSource::local};
     }
-    if (const CacheEntry* e = cache_.find(target, now_ms); e != nullptr) {
-        if (e->kind == CacheKind::negative) return {e, AnswerSource::negative_cache};
-        return {e, e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache};
-    }
-    return {};
+    return answer_of(cache_.find(target, now_ms));
 }
 
 [[gnu::always_inline]] inline Resolver::CacheAnswer Resolver::request_hit(ProcessId target, const CacheEntry* first,
                                                                            uint64_t now_ms) {
     if (target.value == 0) return {};
     // A party-0 ID looks up our own party's first (cache_answer), in another bucket than `first`'s.
-    if (target.party() == 0) [[unlikely]] {
-        const CacheAnswer a = cache_answer(target, now_ms);
-        if (a.entry == nullptr || a.entry->kind == CacheKind::negative) return {};
-        return a;
-    }
-    const CacheEntry* const e = ResolveCache::find_from(first, target, now_ms);
-    if (e == nullptr || e->kind == CacheKind::negative) return {};
-    return {e, e->kind == CacheKind::local ? AnswerSource::local : AnswerSource::cache};
+    const CacheAnswer a = target.party() == 0 ? cache_answer(target, now_ms)
+                                              : answer_of(ResolveCache::find_from(first, target, now_ms));
+    if (a.entry == nullptr || a.entry->kind == CacheKind::negative) return {};
+    return a;
 }
 
 }  // namespace fedgate
