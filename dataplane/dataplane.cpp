@@ -24,6 +24,7 @@
 
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 namespace fedgate {
 namespace {
@@ -405,13 +406,20 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     ports_[in].counters.rx_bytes.add(bytes);
     {  // the prefetcher holds while no slot changes: for this pass alone
         const SessionTable::SessionPrefetcher prefetch_session = nat_.session_prefetcher();
-        for (uint16_t j = 0; j < n; ++j) {
-            Lane& l = lane[j];
-            if (l.f.pad == kLaneHit)
-                l.first = Resolver::prefetch_entry(l.bucket);
-            else if (l.word != Nat::kNoFlowHash)  // a flow's packet, on the established-flow path or not
-                l.word = prefetch_session(static_cast<uint32_t>(l.word));
-        }
+        // One loop for each of the index's searches (SessionTable::first_stop), chosen once a burst.
+        const auto pass = [&]<bool kWindow>(std::bool_constant<kWindow>) {
+            for (uint16_t j = 0; j < n; ++j) {
+                Lane& l = lane[j];
+                if (l.f.pad == kLaneHit)
+                    l.first = Resolver::prefetch_entry(l.bucket);
+                else if (l.word != Nat::kNoFlowHash)  // a flow's packet, on the established-flow path or not
+                    l.word = prefetch_session.prefetch<kWindow>(static_cast<uint32_t>(l.word));
+            }
+        };
+        if (prefetch_session.windowed())
+            pass(std::true_type{});
+        else
+            pass(std::false_type{});
     }
     uint32_t established = 0;
     // The next hop the last established flow's packet went to, as recall() vouched for it: a packet

@@ -39,7 +39,7 @@ void release_table_memory(void* p) { std::free(p); }
 
 uint32_t SessionTable::random_seed() { return std::random_device{}(); }
 
-SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed) : seed_(seed) {
+SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed, uint32_t window_from_slots) : seed_(seed) {
     if (max_sessions == 0) throw std::invalid_argument("session table: max_sessions must be positive");
     if (max_sessions > kMaxSessions) throw std::invalid_argument("session table: max_sessions above 16M");
     static_assert((uint64_t{kMaxSessions} << 1 | 1) < kEmpty, "a slot's reference holds every session");
@@ -53,6 +53,8 @@ SessionTable::SessionTable(uint32_t max_sessions, uint32_t seed) : seed_(seed) {
     const uint64_t slots = std::bit_ceil(keys + (keys + 2) / 3);
     slots_ = FixedArray<Slot>(slots);
     mask_ = static_cast<uint32_t>(slots - 1);
+    // At least four slots (one session's two keys and a third), so a window ends inside the array.
+    if (slots >= window_from_slots) window_end_ = mask_ - (kStopWindow - 2);
 }
 
 SessionTable::Hit SessionTable::find(const FlowKey& k) {
