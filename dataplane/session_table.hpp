@@ -120,7 +120,7 @@ public:
     // `seed`: the flow hash's; by default a random one per table (per start of the daemon), so
     // nobody can craft flows that collide on purpose.
     // An index of `window_from_slots` slots or more searches a hash's first slots at once
-    // (first_stop()); the default is 1 MB of index, about 32K sessions.
+    // (first_stop()); the default is 1 MB of index, which a max_sessions of 24,577 or more gets.
     static constexpr uint32_t kWindowFromSlots = 1u << 17;
     explicit SessionTable(uint32_t max_sessions, uint32_t seed = random_seed(), uint32_t window_from_slots = kWindowFromSlots);
     static uint32_t random_seed();
@@ -136,10 +136,11 @@ public:
     uint32_t hash(const FlowKey& k) const {
         const uint32_t h = hash_of(k);
         // Eight slots to a line, none across two. first_stop() reads the home slot and the three
-        // after it at once: where they run into the next line, that line too (elsewhere the second
-        // prefetch is of the same line). The last one's address without the wrap to the first:
-        // past the last slot it is just past the array, which a prefetch may name (it never
-        // faults), and one addressing mode.
+        // after it at once in a large index (a smaller one walks them one at a time, mostly no
+        // further than the next): where they run into the next line, that line too (elsewhere the
+        // second prefetch is of the same line). The third's address without the wrap to the
+        // first: past the last slots it is up to three slots past the array, which a prefetch may
+        // name (it never faults), and one addressing mode.
         const Slot* const home = &slots_[h & mask_];
         __builtin_prefetch(home);
         __builtin_prefetch(home + kStopWindow - 1);
@@ -174,14 +175,14 @@ public:
         uint32_t mask_, window_end_, epoch_;
     };
     SessionPrefetcher session_prefetcher() const { return {slots_.data(), pool_.data(), mask_, window_end_, epoch_}; }
-    // The session a hint from prefetch_session() names, while it is current (no slot changed since):
-    // the first session indexed under the key's hash, or null where none is (or the hint is stale).
-    // What find_hinted() checks the key against; for tests of the prefetch itself, whose hints
-    // find_hinted() would otherwise correct unseen.
-    const Session* named_by(uint64_t hint) const {
+    // The session and direction a hint from prefetch_session() names, while it is current (no slot
+    // changed since): the first slot's with the key's hash, or none where no slot has it (or the
+    // hint is stale). What find_hinted() checks the key against; for tests of the prefetch itself,
+    // whose hints find_hinted() would otherwise correct unseen.
+    Hit named_by(uint64_t hint) {
         const uint32_t ref = static_cast<uint32_t>(hint >> 32);
-        if (static_cast<uint32_t>(hint) != epoch_ || ref == kEmpty) return nullptr;
-        return &pool_[session_of(ref)];
+        if (static_cast<uint32_t>(hint) != epoch_ || ref == kEmpty) return {};
+        return {&pool_[session_of(ref)], static_cast<uint8_t>(ref & 1)};
     }
     // As find(k), from the hint prefetch_session(hash(k)) gave: while no slot has changed since, the
     // hint's session is checked against the key (keyed()) and the index not read again; where it is
@@ -257,8 +258,8 @@ private:
     // The first slot from h's home (h & mask) that holds hash h or is empty: where prefetch_session()
     // stops. In an index of kWindowFromSlots or more (window_end_ set), the home slot and the three
     // after it are compared at once where they lie before the array's end (homes below
-    // `window_end`), two slots to a 16-byte compare: at the index's load of at most a half the
-    // walk stops among them about nine times in ten. A loop of one slot a step ends after a
+    // `window_end`), two slots to a 16-byte compare: at the index's load of a half (the load at
+    // the benchmarks' sizes; at most three quarters) the walk stops among them about nine times in ten. A loop of one slot a step ends after a
     // varying number of turns, which the CPU mispredicts, and where the slots' lines come from
     // beyond the core's own caches it cannot run on to the next packets' loads meanwhile: at 64K
     // flows the window forwarded 6-9% more packets a second (nat_bench.sh, paired, both orders).
@@ -266,7 +267,7 @@ private:
     // 2-6% at 1K flows). Past the window, near the end and in a smaller index, one slot at a time.
     static constexpr uint32_t kStopWindow = 4;
     template <bool kWindow>
-    static uint32_t first_stop(const Slot* slots, uint32_t mask, uint32_t window_end, uint32_t h) {
+    static uint32_t first_stop(const Slot* slots, uint32_t mask, [[maybe_unused]] uint32_t window_end, uint32_t h) {
         uint32_t i = h & mask;
 #if defined(__SSE4_1__)
         if (kWindow && i < window_end) [[likely]] {

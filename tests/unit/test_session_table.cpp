@@ -494,7 +494,7 @@ TEST(SessionTable, FlowKeyEqualityCoversEveryFieldButThePad) {
 // Capacity 48 means 128 slots, three quarters full when the pool is: long probe chains, chains that
 // wrap past the last slot, and backward shifts across the end all happen often.
 // `window_from_slots`: the table's; 0 has prefetch_session() compare the first four slots of a chain
-// at once wherever they fit before the end, as in an index of a million slots.
+// at once wherever they fit before the end, as an index of 2^17 slots or more does.
 void random_operations_agree_with_a_map(uint32_t window_from_slots) {
     constexpr uint32_t kCap = 48;
     constexpr uint32_t kIds = 160;  // key(id) and reply(id) for each: 320 keys that collide often
@@ -530,7 +530,11 @@ void random_operations_agree_with_a_map(uint32_t window_from_slots) {
             // The prefetch's own answer (find_hinted() would correct a wrong one unseen): the
             // key's session where it is indexed, none where it is not (no two of these keys share
             // a 32-bit hash under this seed, so no other key's slot comes first).
-            ASSERT_EQ(t.named_by(t.prefetch_session(h)), hit.session) << "op " << op << " key " << n;
+            const SessionTable::Hit named = t.named_by(t.prefetch_session(h));
+            ASSERT_EQ(named.session, hit.session) << "op " << op << " key " << n;
+            if (hit.session != nullptr) {
+                ASSERT_EQ(named.dir, hit.dir) << "op " << op << " key " << n;
+            }
             if (it == index.end()) {
                 ASSERT_EQ(hit.session, nullptr) << "op " << op << " key " << n;
             } else {
