@@ -259,9 +259,10 @@ private:
     // stops. In an index of kWindowFromSlots or more (window_end_ set), the home slot and the three
     // after it are compared at once where they lie before the array's end (homes below
     // `window_end`), two slots to a 16-byte compare: at the index's load of a half (the load at
-    // the benchmarks' sizes; at most three quarters) the walk stops among them about nine times in ten. A loop of one slot a step ends after a
-    // varying number of turns, which the CPU mispredicts, and where the slots' lines come from
-    // beyond the core's own caches it cannot run on to the next packets' loads meanwhile: at 64K
+    // the benchmarks' sizes; at most three quarters) the walk stops among them about nine times
+    // in ten. A loop of one slot a step ends after a varying number of turns, which the CPU
+    // mispredicts, and where the slots' lines come from beyond the core's own caches it cannot
+    // run on to the next packets' loads meanwhile: at 64K
     // flows the window forwarded 6-9% more packets a second (nat_bench.sh, paired, both orders).
     // Where the index is the core's, the loop's few instructions are worth more (the window cost
     // 2-6% at 1K flows). Past the window, near the end and in a smaller index, one slot at a time.
