@@ -115,14 +115,15 @@ inline uint64_t raw_sum(const uint8_t* p, std::size_t len) {
 }
 
 // raw_sum() of a span whose length is fixed: the 20 bytes of an IPv4 header without options, the
-// 36 of a resolve request's UDP datagram. On x86-64 a chain of 64-bit adds with carry, the carry
-// out added back in (the sum is then one's complement modulo 2^64 - 1, of which 0xffff is a
-// factor, so fold_sum() gives the same; and it is 0 only when every byte is): 5 and 7
-// instructions where the 32-bit words of raw_sum() take 10 and 18. A last 32-bit word below 2^32
-// leaves no second carry: a carry out of its add leaves a sum below 2^32.
+// 44 of a resolve request's UDP datagram with the IPv4 addresses in front of it (the
+// pseudo-header's part that varies). On x86-64 a chain of 64-bit adds with carry, the carry out
+// added back in (the sum is then one's complement modulo 2^64 - 1, of which 0xffff is a factor, so
+// fold_sum() gives the same; and it is 0 only when every byte is): 5 and 8 instructions where the
+// 32-bit words of raw_sum() take 10 and 22. A last 32-bit word below 2^32 leaves no second carry:
+// a carry out of its add leaves a sum below 2^32.
 template <std::size_t N>
 inline uint64_t raw_sum_fixed(const uint8_t* p) {
-    static_assert(N == 20 || N == 36, "a chain is written out for 20 and 36 bytes");
+    static_assert(N == 20 || N == 44, "a chain is written out for 20 and 44 bytes");
 #if defined(__x86_64__) && defined(__GNUC__)
     uint64_t sum, tail;
     // The span as an input operand too, so that the compiler orders the asm after stores to it.
@@ -137,10 +138,11 @@ inline uint64_t raw_sum_fixed(const uint8_t* p) {
             : "cc");
     } else {
         asm("movq (%[p]), %[sum]\n\t"
-            "movl 32(%[p]), %k[tail]\n\t"
+            "movl 40(%[p]), %k[tail]\n\t"
             "addq 8(%[p]), %[sum]\n\t"
             "adcq 16(%[p]), %[sum]\n\t"
             "adcq 24(%[p]), %[sum]\n\t"
+            "adcq 32(%[p]), %[sum]\n\t"
             "adcq %[tail], %[sum]\n\t"
             "adcq $0, %[sum]"
             : [sum] "=&r"(sum), [tail] "=&r"(tail)

@@ -1018,11 +1018,18 @@ template <uint16_t kFixedLen>
     const auto* const d = reinterpret_cast<const uint8_t*>(udp);
     uint64_t sum;
     if constexpr (kFixedLen != 0) {
-        // The pseudo-header's sum is below 2^19: added to a one's-complement sum modulo 2^64 - 1
-        // as an integer it can carry out only from a sum within 2^19 of all ones, and then the
-        // carry's loss is 2^64 = 1 modulo that: added back.
-        const uint64_t body = raw_sum_fixed<kFixedLen>(d);
-        sum = body + pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, kFixedLen);
+        // The header's addresses (its last 8 bytes) and the datagram right after them (a 20-byte
+        // header, the caller's shape: `udp` right after `ip`) as one span, so the pseudo-header's
+        // addresses are summed in the chain; its protocol and length, fixed, are a constant.
+        // (Summed apart from the addresses' values, the pseudo-header took 11 instructions of a
+        // cache hit, on the chain the branch below waits for; without this check at all, hits
+        // ran 6% faster.) The constant is below 2^17: added to a one's-complement sum modulo
+        // 2^64 - 1 as an integer it can carry out only from a sum within 2^17 of all ones, and
+        // then the carry's loss is 2^64 = 1 modulo that: added back.
+        static_assert(offsetof(rte_ipv4_hdr, src_addr) + 8 == sizeof(rte_ipv4_hdr));
+        const uint64_t body = raw_sum_fixed<8 + kFixedLen>(reinterpret_cast<const uint8_t*>(&ip->src_addr));
+        constexpr uint32_t kFixedPart = uint32_t{stored16(kIpProtoUdp)} + stored16(kFixedLen);
+        sum = body + kFixedPart;
         sum += sum < body;
     } else {
         sum = uint64_t{pseudo_header_sum(ip->src_addr, ip->dst_addr, kIpProtoUdp, l4_len)} + raw_sum(d, l4_len);

@@ -459,7 +459,8 @@ private:
     void handle_resolve(rte_mbuf* m, uint16_t in, const ParsedPacket& p);
     // handle_resolve()'s check of a datagram's UDP checksum: the port's verdict (RX offload) where
     // the mbuf carries one, else summed here. kFixedLen: l4_len where the caller knows it (a
-    // resolve request's 36 bytes), summed by raw_sum_fixed(); 0: any length.
+    // resolve request's 36 bytes), summed by raw_sum_fixed() with the addresses in front of it (so
+    // `udp` must follow a 20-byte header); 0: any length.
     enum class UdpChecksum : uint8_t {
         bad,
         vouched,  // none sent, or the port says good: the field itself may not be right

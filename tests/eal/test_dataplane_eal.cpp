@@ -827,6 +827,14 @@ TEST_F(ResolveDataplaneTest, HitsAnsweredInPlaceAreTheGeneralPathsFramesAndCount
     std::vector<uint8_t> wrong_sum = resolve_request(local.pid, 8);
     wrong_sum[41] ^= 0x01;
     in.push_back({0, wrong_sum});                                                      // dropped
+    // A UDP checksum summed over another source address than the header's (the pseudo-header's
+    // part of the sum), with the IPv4 header's own sum right: dropped.
+    std::vector<uint8_t> other_src = resolve_request(local.pid, 25);
+    other_src[14 + 15] ^= 0x04;  // the source address's last byte
+    other_src[14 + 10] = other_src[14 + 11] = 0;
+    const uint16_t header_sum = rte_ipv4_cksum(reinterpret_cast<const rte_ipv4_hdr*>(other_src.data() + 14));
+    std::memcpy(&other_src[14 + 10], &header_sum, 2);
+    in.push_back({0, other_src});
     in.push_back({0, wrong_sum, RTE_MBUF_F_RX_L4_CKSUM_GOOD});                         // the device says good: in place
     in.push_back({0, resolve_request(local.pid, 9), RTE_MBUF_F_RX_L4_CKSUM_BAD});      // the device says bad: dropped
     in.push_back({0, resolve_request(ProcessId::make(2, 6, 6), 10)});                  // "not found", cached
