@@ -1079,8 +1079,15 @@ template <uint16_t kFixedLen>
         uint32_t nh = 0;
         const int out = route(port_cfgs_, f.src_ip, &nh);
         if (out < 0) return false;
-        rr = ReplyRoute{f.src_ip, nh, static_cast<uint16_t>(out), 0};
+        const DpPortConfig& pc = ports_[out].cfg;
+        rr = ReplyRoute{f.src_ip, nh, static_cast<uint16_t>(out), 0, pc.addr,
+                        ipv4_header_checksum(halves_sum(pc.addr) + halves_sum(f.src_ip), kReplyFrame - sizeof(rte_ether_hdr)),
+                        pc.tx_cksum};
     }
+    // Read before the reply's stores, which may alias it.
+    const uint32_t src = rr.src;
+    const uint16_t reply_ip_sum = rr.ip_sum;
+    const bool out_sums = rr.tx_cksum;
     const Resolver::CacheAnswer a = resolver_->request_hit(target, first, now_ms_);
     if (a.entry == nullptr) return false;
 
@@ -1098,8 +1105,7 @@ template <uint16_t kFixedLen>
     m->tx_offload = 0;
     msg[offsetof(MsgHeader, type)] = static_cast<uint8_t>(MsgType::resolve_reply);
     store_be16(msg + offsetof(MsgHeader, body_len), kReplyBody);
-    const uint32_t src = ports_[rr.out].cfg.addr;
-    if (checked == UdpChecksum::summed && !ports_[rr.out].cfg.tx_cksum) {
+    if (checked == UdpChecksum::summed && !out_sums) {
         // The reply's UDP checksum from the request's, as RFC 1624 updates a checksum, over the
         // whole datagram: the reply is the request with the addresses and ports swapped (which
         // leaves a sum as it is), the source our port's address where the request's destination
@@ -1122,9 +1128,7 @@ template <uint16_t kFixedLen>
                                                            halves_sum(f.dst_ip) + kChanged +
                                                            write_hit_record(body, a.source, *a.entry)));
         if (udp_sum == 0) udp_sum = 0xffff;  // 0 would mean "no checksum"
-        store_udp_ipv4(ip, src, f.src_ip, resolve_port_be_, f.src_port, sizeof(MsgHeader) + kReplyBody,
-                       ipv4_header_checksum(halves_sum(src) + halves_sum(f.src_ip), kReplyFrame - sizeof(rte_ether_hdr)),
-                       udp_sum);
+        store_udp_ipv4(ip, src, f.src_ip, resolve_port_be_, f.src_port, sizeof(MsgHeader) + kReplyBody, reply_ip_sum, udp_sum);
         send_ipv4_memo(m, rr.out, rr.nh, &rr.neigh);
         return true;
     }

@@ -602,10 +602,15 @@ private:
     rte_mbuf* spare_ = nullptr;  // a request's mbuf, free for the reply send_message builds next
     // Where replies to a requester go (answer_hit_in_place): route() of its address, fixed as the
     // ports are, and a memo of its neighbour entry; direct-mapped by address (0: empty, never a
-    // requester's).
+    // requester's). With what follows from the route and the address alone, as fixed: the reply's
+    // source (the port's address), its IPv4 header's checksum (every other field of that header
+    // is a constant for a hit's reply), and whether the port sums checksums on transmit.
     struct ReplyRoute {
         uint32_t ip = 0, nh = 0;
         uint16_t out = 0, neigh = 0;
+        uint32_t src = 0;
+        uint16_t ip_sum = 0;
+        bool tx_cksum = false;
     };
     static constexpr std::size_t kReplyRoutes = 256;
     std::array<ReplyRoute, kReplyRoutes> reply_routes_{};
