@@ -1,6 +1,8 @@
 // The resolution cache: lock-free reads, single-writer updates, RCU-deferred frees.
 #include "dataplane/resolve_cache.hpp"
 
+#include "dataplane/checksum.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <new>
@@ -72,8 +74,7 @@ ResolveCache::Upsert ResolveCache::upsert(ProcessId key, const DmaAddress& recor
     e->key = key;
     e->record = record;
     encode(record, e->wire);
-    const auto* w = reinterpret_cast<const uint8_t*>(&e->wire);
-    for (std::size_t i = 0; i < sizeof e->wire; i += 2) e->wire_sum += uint32_t{w[i]} << 8 | w[i + 1];
+    e->wire_sum = fold_sum(raw_sum(reinterpret_cast<const uint8_t*>(&e->wire), sizeof e->wire));
     e->expires_ms = expires_ms;
     e->owner_party = owner;
     e->kind = kind;

@@ -33,7 +33,9 @@ struct alignas(64) CacheEntry {
     ProcessId key;  // what it is found under: the record's ID, or the party-0 ID a broadcast answered
     uint64_t expires_ms = UINT64_MAX;  // on the lcore's millisecond clock; UINT64_MAX: no expiry
     std::atomic<CacheEntry*> next{nullptr};
-    uint32_t wire_sum = 0;  // the 16-bit one's-complement sum (unfolded) of `wire`, for reply checksums
+    // `wire`'s one's-complement sum in memory order, folded (rte_raw_cksum's): a reply's checksum
+    // adds it as it is. (Kept 32 bits wide, as the layout after it was measured.)
+    uint32_t wire_sum = 0;
     uint16_t owner_party = 0;  // the party whose gateway vouched for it
     CacheKind kind = CacheKind::local;
     DmaAddressWire wire;  // the record as the wire carries it, encoded once at upsert

@@ -1,6 +1,7 @@
 // The resolution service's pure parts, without the EAL: the RCU cache, the lcore resolver (with a
 // fake ResolverIo), the broadcast rate limits, the process directory and the announce stream.
 #include <gtest/gtest.h>
+#include <rte_ip.h>
 
 #include <algorithm>
 #include <atomic>
@@ -143,6 +144,8 @@ TEST(Cache, AnEntryIsHandedOutAgainOnlyAfterReclaimAndThenComesBackClean) {
     ASSERT_NE(want, nullptr);
     EXPECT_TRUE(entry_is_whole(*again, kC));
     EXPECT_EQ(again->wire_sum, want->wire_sum);  // summed afresh, not onto the old record's sum
+    // The record's sum as a reply's checksum adds it: DPDK's, in memory order and folded.
+    EXPECT_EQ(want->wire_sum, rte_raw_cksum(&want->wire, sizeof want->wire));
     EXPECT_EQ(std::memcmp(&again->wire, &want->wire, sizeof want->wire), 0);
     EXPECT_EQ(again->kind, CacheKind::answered);
     EXPECT_EQ(again->owner_party, 3);
