@@ -1129,7 +1129,13 @@ template <uint16_t kFixedLen>
                                                            write_hit_record(body, a.source, *a.entry)));
         if (udp_sum == 0) udp_sum = 0xffff;  // 0 would mean "no checksum"
         store_udp_ipv4(ip, src, f.src_ip, resolve_port_be_, f.src_port, sizeof(MsgHeader) + kReplyBody, reply_ip_sum, udp_sum);
-        send_ipv4_memo(m, rr.out, rr.nh, &rr.neigh);
+        if (rr.l2_version != neigh_.version() || now_ms_ >= rr.l2_until) [[unlikely]] {
+            reply_l2(m, rr);
+            return true;
+        }
+        std::memcpy(d, &rr.l2_lo, 8);
+        std::memcpy(d + 8, &rr.l2_hi, 4);
+        enqueue(ports_[rr.out], m);
         return true;
     }
     Header h;
@@ -1409,6 +1415,19 @@ void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource sou
     if (o.body == nullptr) return;
     resolve_counters_.replies_sent.add();
     finish_message(o, write_hit_body(o.body, target, source, e), 0);
+}
+
+void Dataplane::reply_l2(rte_mbuf* m, ReplyRoute& rr) {
+    const Neighbour* const n = standby_ ? nullptr : neigh_.recall(rr.neigh, rr.out, rr.nh, now_ms_);
+    if (n == nullptr) return send_ipv4(m, rr.out, rr.nh, &rr.neigh);
+    unsigned char l2[12];
+    std::memcpy(l2, n->mac.data(), RTE_ETHER_ADDR_LEN);
+    std::memcpy(l2 + RTE_ETHER_ADDR_LEN, &ports_[rr.out].cfg.mac, RTE_ETHER_ADDR_LEN);
+    std::memcpy(&rr.l2_lo, l2, 8);
+    std::memcpy(&rr.l2_hi, l2 + 8, 4);
+    rr.l2_until = n->permanent ? UINT64_MAX : n->confirmed_ms + neigh_.timers().reachable_ms;
+    rr.l2_version = neigh_.version();
+    queue_to(m, rr.out, *n);
 }
 
 [[gnu::always_inline]] inline uint32_t Dataplane::write_hit_body(uint8_t* body, ProcessId target, AnswerSource source,

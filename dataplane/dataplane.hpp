@@ -605,15 +605,25 @@ private:
     // requester's). With what follows from the route and the address alone, as fixed: the reply's
     // source (the port's address), its IPv4 header's checksum (every other field of that header
     // is a constant for a hit's reply), and whether the port sums checksums on transmit.
+    // And the reply's MACs (12 bytes as 8 and 4) as the neighbour entry gave them, while the
+    // table's version() is `l2_version` and the clock before `l2_until` (the entry's reachable
+    // time): NeighbourTable::recall() would give the same entry, unread (reply_l2() fills them).
     struct ReplyRoute {
         uint32_t ip = 0, nh = 0;
         uint16_t out = 0, neigh = 0;
         uint32_t src = 0;
         uint16_t ip_sum = 0;
         bool tx_cksum = false;
+        uint32_t l2_hi = 0;
+        uint64_t l2_lo = 0;
+        uint64_t l2_until = 0;  // 0: not filled
+        uint32_t l2_version = 0;
     };
     static constexpr std::size_t kReplyRoutes = 256;
     std::array<ReplyRoute, kReplyRoutes> reply_routes_{};
+    // A cache hit's reply out by its route when `rr`'s MACs no longer hold: send_ipv4_memo()'s
+    // work, and rr's MACs filled from the entry recall() gives.
+    void reply_l2(rte_mbuf* m, ReplyRoute& rr);
     bool wake_pending_ = false;  // this poll enqueued to punt or events
     ResolveDpCounters resolve_counters_;
 

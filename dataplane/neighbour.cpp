@@ -57,6 +57,7 @@ void NeighbourTable::erase(uint32_t hole) {
     --per_port_[slots_[hole].port];
     slots_[hole] = Neighbour{};
     --used_;
+    ++version_;
     // Shift later members of the probe chain back so lookups never stop at the hole early.
     for (uint32_t j = (hole + 1) & mask_; slots_[j].state != Neighbour::State::free; j = (j + 1) & mask_) {
         const uint32_t home = slot_of(slots_[j].port, slots_[j].ip);
@@ -104,6 +105,7 @@ Neighbour* NeighbourTable::learn(uint16_t port, uint32_t ip, const MacAddr& mac,
         if (!create || (n = insert(port, ip)) == nullptr) return nullptr;
     }
     if (n->permanent) return nullptr;  // configured entries are not overwritten by what we hear
+    if (n->mac != mac || n->state != Neighbour::State::reachable) ++version_;  // not for a confirmation
     n->mac = mac;
     n->state = Neighbour::State::reachable;
     n->confirmed_ms = now_ms;
@@ -118,6 +120,7 @@ bool NeighbourTable::add_permanent(uint16_t port, uint32_t ip, const MacAddr& ma
     n->mac = mac;
     n->state = Neighbour::State::reachable;
     n->permanent = true;
+    ++version_;
     return true;
 }
 

@@ -106,8 +106,17 @@ public:
         for (Neighbour& n : slots_)
             if (n.state != Neighbour::State::free) fn(n), n = Neighbour{};
         used_ = 0;
+        ++version_;
         per_port_.clear();
     }
+
+    // Moves on whenever a slot's answer to recall() could change other than by the clock: an entry
+    // erased (which may move others), given a new MAC, made reachable or permanent, the table
+    // cleared. (An insert takes a free slot, which no sender holds an answer from.) A reachable entry going stale needs no move: it does so only once its
+    // reachable time is over, which a sender that kept the entry's MAC checks itself. So a sender
+    // may keep a recalled entry's MAC and use it while the version and the clock still vouch for it
+    // (a cache hit's reply route: Dataplane::answer_hit_in_place), without reading the entry.
+    uint32_t version() const { return version_; }
 
     uint32_t size() const { return used_; }
     uint32_t count_port(uint16_t port) const { return port < per_port_.size() ? per_port_[port] : 0; }
@@ -124,6 +133,7 @@ private:
     uint32_t mask_;
     uint32_t last_hit_ = 0;  // slot of the last successful find
     uint32_t used_ = 0;
+    uint32_t version_ = 0;  // version()
     std::vector<uint32_t> per_port_;  // entries by port index, kept by insert and erase
     uint32_t max_used_;             // keep the load factor at or under 3/4
     NeighbourTimers timers_;

@@ -793,6 +793,40 @@ TEST_F(ResolveDataplaneTest, CacheHitIsAnsweredByTheLcoreWithExactBytesAndChecks
 // shape goes there or to the general path, and either way leaves as the general path alone sends
 // it: the same frames out of both ports, the same drops, the same counts (fedgated built with
 // hits_in_place off is the reference).
+// A hit's reply route keeps the requester's MAC while the neighbour table vouches for it
+// (NeighbourTable::version): a requester whose MAC changes gets the next reply at the new one.
+TEST_F(ResolveDataplaneTest, AHitsReplyFollowsTheRequestersMacAsTheNeighbourTableHasIt) {
+    const DmaAddress rec = record(ProcessId::make(1, 5, 5));
+    cache_.upsert(rec.pid, rec, CacheKind::local, 1, UINT64_MAX);
+    const char* const requester = "198.18.1.20";  // learned, not a static neighbour
+    const test::Mac first{0x02, 0x00, 0x00, 0x00, 0x20, 0x01}, second{0x02, 0x00, 0x00, 0x00, 0x20, 0x02};
+    const auto announce = [&](const test::Mac& mac) {  // an ARP request for our address: learned
+        receive(0, PacketBuilder().eth(test::kBroadcast, mac).arp(1, mac, requester, {}, kInternalIp).build());
+        for (int k = 0; k < 2; ++k) dp_->poll_once();
+        sent(0);  // our ARP reply
+    };
+    uint64_t id = 1;
+    const auto reply_mac = [&](const test::Mac& from) {
+        ResolveBody b;
+        store_be64(b.target, rec.pid.value);
+        receive(0, PacketBuilder().eth(gw_in_, from).ipv4(requester, kInternalIp).udp(40000, kPort)
+                       .payload(message(MsgType::resolve, 0, id++, &b, sizeof b, nullptr)).build());
+        for (int k = 0; k < 2; ++k) dp_->poll_once();
+        const auto out = sent(0);
+        EXPECT_EQ(out.size(), 1u);
+        test::Mac dst{};
+        if (!out.empty() && out[0].size() >= 6) std::memcpy(dst.data(), out[0].data(), 6);
+        return dst;
+    };
+    announce(first);
+    EXPECT_EQ(reply_mac(first), first);
+    EXPECT_EQ(reply_mac(first), first);  // from what the route kept
+    announce(second);                    // the requester's MAC changes
+    EXPECT_EQ(reply_mac(second), second);
+    EXPECT_EQ(reply_mac(second), second);
+    EXPECT_EQ(dp_->resolve_counters().hits_in_place.get(), 4u);
+}
+
 TEST_F(ResolveDataplaneTest, HitsAnsweredInPlaceAreTheGeneralPathsFramesAndCounts) {
     const DmaAddress local = record(ProcessId::make(1, 5, 5)), announced = record(ProcessId::make(2, 7, 7));
     cache_.upsert(local.pid, local, CacheKind::local, 1, UINT64_MAX);

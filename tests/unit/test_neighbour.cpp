@@ -463,6 +463,71 @@ TEST(NeighbourTable, AMemoRecallsItsEntryWhileItIsReachableAndReadsAChangedMac) 
     EXPECT_NE(t.recall(fixed, kPort, kNextHop, 100'000), nullptr);
 }
 
+// version()'s promise, which a cache hit's reply route leans on: a sender that recalled an entry
+// and kept its MAC, the table's version and the entry's reachable deadline gets from recall(),
+// for as long as the version is the same and the clock before the deadline, the same entry with
+// that MAC. Random lookups, learns (new MACs, the same MAC again, new next hops), permanent
+// entries, ticks (stale, probes, expiry, so erasures that move entries) and clears, with the
+// clock moving on; after every step every kept answer still vouched for is checked.
+TEST(NeighbourTable, AnAnswerKeptWhileTheVersionHoldsIsWhatRecallGives) {
+    NeighbourTable t(24, kTimers);
+    std::mt19937 rng(5);
+    struct Kept {
+        uint16_t memo;
+        uint32_t ip;
+        MacAddr mac;
+        uint64_t until;
+        uint32_t version;
+    };
+    std::vector<Kept> kept;
+    uint64_t now = 1'000, checked = 0, moves = 0;
+    Calls calls;
+    const auto ip_of = [](uint32_t i) { return htonl(0xC6126400u + i); };
+    for (int step = 0; step < 20'000; ++step) {
+        const uint32_t before = t.version();
+        const uint32_t i = rng() % 30;
+        const MacAddr mac{0x02, 0, 0, 0, 0, static_cast<uint8_t>(rng() % 3)};
+        switch (rng() % 8) {
+        case 0: case 1: t.lookup(kPort, ip_of(i), now); break;
+        case 2: case 3: case 4: t.learn(kPort, ip_of(i), mac, now, rng() % 2 == 0); break;
+        case 5: if (rng() % 50 == 0) t.add_permanent(kPort, ip_of(i), mac); break;
+        case 6: tick(t, now, calls); break;
+        default: if (rng() % 500 == 0) t.clear([](Neighbour&) {}); break;
+        }
+        now += rng() % 60;
+        moves += t.version() != before;
+        // What a sender keeps from a recall now.
+        if (const Neighbour* n = t.find(kPort, ip_of(i)); n != nullptr) {
+            const uint16_t memo = t.memo_of(n);
+            if (const Neighbour* r = t.recall(memo, kPort, ip_of(i), now); r != nullptr)
+                kept.push_back({memo, ip_of(i), r->mac, r->permanent ? UINT64_MAX : r->confirmed_ms + kTimers.reachable_ms, t.version()});
+        }
+        std::erase_if(kept, [&](const Kept& k) { return k.version != t.version() || now >= k.until; });
+        for (const Kept& k : kept) {
+            const Neighbour* r = t.recall(k.memo, kPort, k.ip, now);
+            ASSERT_NE(r, nullptr) << "step " << step;
+            ASSERT_EQ(r->mac, k.mac) << "step " << step;
+            ++checked;
+        }
+    }
+    EXPECT_GT(checked, 10'000u);  // answers were kept and checked, not dropped at once
+    EXPECT_GT(moves, 100u);
+    EXPECT_LT(moves, 20'000u);  // and not every step moves it
+}
+
+// A confirmation (the same MAC again, reachable) and a lookup that finds a reachable entry leave
+// the version as it is, so traffic to known neighbours does not undo what senders keep.
+TEST(NeighbourTable, ConfirmationsAndResolvedLookupsLeaveTheVersion) {
+    NeighbourTable t(16, kTimers);
+    t.learn(kPort, kNextHop, kMac, 1'000, true);
+    const uint32_t v = t.version();
+    t.learn(kPort, kNextHop, kMac, 1'200, false);
+    EXPECT_EQ(t.lookup(kPort, kNextHop, 1'300).verdict, Verdict::resolved);
+    EXPECT_EQ(t.version(), v);
+    t.learn(kPort, kNextHop, kNewMac, 1'400, false);  // a new MAC moves it
+    EXPECT_NE(t.version(), v);
+}
+
 TEST(NeighbourTable, APassInSlicesDoesWhatOneTickDoes) {
     // Two tables with the same entries: one ticked whole, one in slices of 3 slots.
     NeighbourTable whole(40, kTimers), sliced(40, kTimers);
