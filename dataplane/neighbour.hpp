@@ -112,10 +112,12 @@ public:
 
     // Moves on whenever a slot's answer to recall() could change other than by the clock: an entry
     // erased (which may move others), given a new MAC, made reachable or permanent, the table
-    // cleared. (An insert takes a free slot, which no sender holds an answer from.) A reachable entry going stale needs no move: it does so only once its
-    // reachable time is over, which a sender that kept the entry's MAC checks itself. So a sender
-    // may keep a recalled entry's MAC and use it while the version and the clock still vouch for it
-    // (a cache hit's reply route: Dataplane::answer_hit_in_place), without reading the entry.
+    // cleared. (An insert takes a free slot, which no sender holds an answer from.) A reachable
+    // entry going stale needs no move: it does so only once its reachable time is over, which a
+    // sender that kept the entry's MAC checks itself. So a sender may keep a recalled entry's MAC
+    // and use it while the version and the clock still vouch for it (a cache hit's reply route:
+    // Dataplane::answer_hit_in_place), without reading the entry. (32 bits: wrapping round to a
+    // kept value would take 2^32 changes within one reachable time.)
     uint32_t version() const { return version_; }
 
     uint32_t size() const { return used_; }
