@@ -789,10 +789,6 @@ TEST_F(ResolveDataplaneTest, CacheHitIsAnsweredByTheLcoreWithExactBytesAndChecks
     EXPECT_TRUE(sent(1).empty());
 }
 
-// A cache hit is answered in the request's own mbuf from the burst loop; every request near one in
-// shape goes there or to the general path, and either way leaves as the general path alone sends
-// it: the same frames out of both ports, the same drops, the same counts (fedgated built with
-// hits_in_place off is the reference).
 // A hit's reply route keeps the requester's MAC while the neighbour table vouches for it
 // (NeighbourTable::version): a requester whose MAC changes gets the next reply at the new one.
 TEST_F(ResolveDataplaneTest, AHitsReplyFollowsTheRequestersMacAsTheNeighbourTableHasIt) {
@@ -827,6 +823,10 @@ TEST_F(ResolveDataplaneTest, AHitsReplyFollowsTheRequestersMacAsTheNeighbourTabl
     EXPECT_EQ(dp_->resolve_counters().hits_in_place.get(), 4u);
 }
 
+// A cache hit is answered in the request's own mbuf from the burst loop; every request near one in
+// shape goes there or to the general path, and either way leaves as the general path alone sends
+// it: the same frames out of both ports, the same drops, the same counts (fedgated built with
+// hits_in_place off is the reference).
 TEST_F(ResolveDataplaneTest, HitsAnsweredInPlaceAreTheGeneralPathsFramesAndCounts) {
     const DmaAddress local = record(ProcessId::make(1, 5, 5)), announced = record(ProcessId::make(2, 7, 7));
     cache_.upsert(local.pid, local, CacheKind::local, 1, UINT64_MAX);
