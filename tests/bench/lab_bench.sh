@@ -12,7 +12,10 @@
 #   - ping-pong: sockperf TCP ping-pong, 64-byte messages, round trip = 2 x sockperf's median
 #     latency (it reports half a round trip);
 #   - short connections per second: connect + close in a loop from python3 on node a to a
-#     listener on node b that accepts and closes (one loop, or --cps-clients N loops at once);
+#     listener on node b that accepts and closes (one loop, or --cps-clients N loops at once),
+#     with the median and 99th percentile of the connect() calls' times over all the loops
+#     (the SYN's round trip through both gateways, and the loop's own Python around it); and,
+#     through fedgate, both gateways' CPU time (utime + stime) over the loops, per connection;
 #   - idle CPU: each fedgated's CPU time (utime + stime from /proc/PID/stat) over a quiet
 #     stretch after the traffic, as ms of CPU per second.
 # Reported: a table of the figures and the ratios fedgate / kernel.
@@ -183,9 +186,11 @@ fedgate_up() { # fedgate_up KIND
 fedgate_down() { lab_down; }
 
 # ---- the measurements, the same for every setup (node a -> its gateway's mapped ports) ----------
-# Sets TPUT (Mbit/s), RTT (us), CPS (connections/s).
+# Sets TPUT (Mbit/s), RTT (us), CPS (connections/s), CONNECT_P50 and CONNECT_P99 (us, connect()'s
+# times), and CPS_GW_US (both fedgated's CPU time over the connect loops, us per connection; "-"
+# for the kernel pair, whose forwarding is softirq work no process is charged for).
 measure() {
-    local label=$1
+    local label=$1 cps_out cpu0
     # Node a may reuse TIME_WAIT ports for new connections, as both setups see the same churn, and
     # has most of the port space for them: with the default 28K ports (half of them for connect()
     # first) and a port reusable 1 s after its TIME_WAIT began, one loop stopped near 14K
@@ -228,24 +233,32 @@ PY
         >"$WORK/sp.log" 2>&1 || true
     RTT=$(sed 's/\x1b\[[0-9;]*m//g' "$WORK/sp.log" | awk '/percentile 50.000 =/ { printf "%.1f", 2 * $NF; found = 1 } END { if (!found) print 0 }')
 
-    CPS=$(ip netns exec "$NS_A_NODE" "${PIN[@]}" timeout $((SECS + 30)) python3 - "$A_IN_IP" "$A_CPS" "$SECS" "$CPS_CLIENTS" <<'PY' || echo 0
-import os, socket, sys, time
-host, port, secs, clients = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    cpu0=$(gateways_cpu_s)
+    cps_out=$(ip netns exec "$NS_A_NODE" "${PIN[@]}" timeout $((SECS + 30)) python3 - "$A_IN_IP" "$A_CPS" "$SECS" "$CPS_CLIENTS" "$WORK" <<'PY' || echo 0 0 0
+import array, os, socket, sys, time
+host, port, secs, clients, work = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 # Each loop a process of its own (one interpreter each), started together; the count of all of
-# them over the time from the start to the last one's end.
+# them over the time from the start to the last one's end. Each loop keeps its connect() times
+# (ns) and leaves them in a file of its own for the percentiles over all of them.
 t0 = time.perf_counter()
 end = t0 + secs
 pipes = []
-for _ in range(clients):
+for i in range(clients):
     r, w = os.pipe()
     if os.fork() == 0:
         os.close(r)
         n = 0
+        took = array.array("q")
+        clock = time.perf_counter_ns
         try:
             while time.perf_counter() < end:
+                a = clock()
                 s = socket.create_connection((host, port), timeout=5)
+                took.append(clock() - a)
                 s.close()
                 n += 1
+            with open(f"{work}/connect-{i}.ns", "wb") as f:
+                took.tofile(f)
         except OSError as e:
             print(f"connect loop: {e}", file=sys.stderr)
             n = -1
@@ -264,10 +277,41 @@ while True:
         break
 if min(counts) < 0:
     sys.exit(1)  # a loop failed (it said why): no figure
-print(f"{sum(counts) / (time.perf_counter() - t0):.0f}")
+rate = sum(counts) / (time.perf_counter() - t0)
+took = array.array("q")
+for i in range(clients):
+    with open(f"{work}/connect-{i}.ns", "rb") as f:
+        took.frombytes(f.read())
+    os.unlink(f"{work}/connect-{i}.ns")
+took = sorted(took)
+if not took:
+    sys.exit(1)
+at = lambda q: took[min(len(took) - 1, int(q * len(took)))] / 1000
+print(f"{rate:.0f} {at(0.50):.1f} {at(0.99):.1f} {len(took)}")
 PY
 )
+    local made
+    read -r CPS CONNECT_P50 CONNECT_P99 made <<<"$cps_out"
+    CPS_GW_US=-
+    if [[ -n $cpu0 ]] && ((${made:-0} > 0)); then
+        CPS_GW_US=$(python3 -c "print(f'{($(gateways_cpu_s) - $cpu0) * 1e6 / $made:.0f}')")
+    fi
     stop_pids
+}
+
+# Both fedgated's CPU time so far (utime + stime, seconds), summed; empty with no gateways up (the
+# kernel pair).
+gateways_cpu_s() {
+    [[ -n ${LAB_PID_A:-} && -n ${LAB_PID_B:-} ]] && kill -0 "$LAB_PID_A" 2>/dev/null || return 0
+    python3 - "$LAB_PID_A" "$LAB_PID_B" <<'PY'
+import os, sys
+tick = os.sysconf("SC_CLK_TCK")
+total = 0
+for pid in sys.argv[1:]:
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    total += int(f[11]) + int(f[12])
+print(total / tick)
+PY
 }
 
 # CPU time of PID in ms over IDLE_S quiet seconds, per second.
@@ -289,9 +333,9 @@ PY
 echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}${NODES_CPU:+, node programs on CPU $NODES_CPU}${KERNEL_RPS:+, RPS on the kernel pair gateway veths to CPUs $KERNEL_RPS}, fedgate data planes $GATEWAY_CPUS, $CPS_CLIENTS connect loop(s), $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
 kernel_pair_up
 measure kernel
-K_TPUT=$TPUT K_RTT=$RTT K_CPS=$CPS
+K_TPUT=$TPUT K_RTT=$RTT K_CPS=$CPS K_P50=$CONNECT_P50 K_P99=$CONNECT_P99
 kernel_pair_down
-echo "  kernel pair: $K_TPUT Mbit/s, round trip $K_RTT us, $K_CPS connections/s"
+echo "  kernel pair: $K_TPUT Mbit/s, round trip $K_RTT us, $K_CPS connections/s (connect p50 $K_P50 us, p99 $K_P99 us)"
 
 ROWS=()
 ratio() { python3 -c "a, b = float('$1'), float('$2'); print(f'{a / b:.2f}' if b > 0 else 'n/a')"; }
@@ -301,29 +345,37 @@ for kind in $KINDS; do
     # Quiet now: how much CPU the idle gateways burn.
     cpu_a=$(idle_cpu "$LAB_PID_A") cpu_b=$(idle_cpu "$LAB_PID_B")
     fedgate_down
-    echo "  fedgate $kind: $TPUT Mbit/s, round trip $RTT us, $CPS connections/s; idle CPU A $cpu_a ms/s, B $cpu_b ms/s"
-    ROWS+=("$kind|$TPUT|$RTT|$CPS|$cpu_a|$cpu_b")
+    echo "  fedgate $kind: $TPUT Mbit/s, round trip $RTT us, $CPS connections/s (connect p50 $CONNECT_P50 us, p99 $CONNECT_P99 us; gateways' CPU $CPS_GW_US us a connection); idle CPU A $cpu_a ms/s, B $cpu_b ms/s"
+    ROWS+=("$kind|$TPUT|$RTT|$CPS|$CONNECT_P50|$CONNECT_P99|$CPS_GW_US|$cpu_a|$cpu_b")
 done
 
 echo
 echo "== lab comparison (fedgate / kernel pair; throughput and connections: higher is better, round trip: lower)"
-printf '| %-22s | %14s | %15s | %14s | %21s |\n' "setup" "iperf3 Mbit/s" "round trip us" "connections/s" "idle CPU ms/s (A, B)"
-printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..24})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..17})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..23})"
-printf '| %-22s | %14s | %15s | %14s | %21s |\n' "kernel pair (nftables)" "$K_TPUT" "$K_RTT" "$K_CPS" "-"
+# Connections per second, then connect()'s median and 99th percentile, then the gateways' CPU a
+# connection (fedgate only).
+row() { printf '| %-22s | %14s | %15s | %14s | %20s | %21s | %21s |\n' "$@"; }
+row "setup" "iperf3 Mbit/s" "round trip us" "connections/s" "connect p50, p99 us" "gateways' CPU us/conn" "idle CPU ms/s (A, B)"
+printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..24})" "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..17})" \
+    "$(printf -- '-%.0s' {1..16})" "$(printf -- '-%.0s' {1..22})" "$(printf -- '-%.0s' {1..23})" "$(printf -- '-%.0s' {1..23})"
+row "kernel pair (nftables)" "$K_TPUT" "$K_RTT" "$K_CPS" "$K_P50, $K_P99" "-" "-"
 for row in "${ROWS[@]}"; do
-    IFS='|' read -r kind t r c ca cb <<<"$row"
-    printf '| %-22s | %14s | %15s | %14s | %21s |\n' "fedgate $kind" "$t" "$r" "$c" "$ca, $cb"
-    printf '| %-22s | %14s | %15s | %14s | %21s |\n' "  ratio" "$(ratio "$t" "$K_TPUT")" "$(ratio "$r" "$K_RTT")" "$(ratio "$c" "$K_CPS")" ""
+    IFS='|' read -r kind t r c p50 p99 gw ca cb <<<"$row"
+    row "fedgate $kind" "$t" "$r" "$c" "$p50, $p99" "$gw" "$ca, $cb"
+    row "  ratio" "$(ratio "$t" "$K_TPUT")" "$(ratio "$r" "$K_RTT")" "$(ratio "$c" "$K_CPS")" \
+        "$(ratio "$p50" "$K_P50"), $(ratio "$p99" "$K_P99")" "" ""
 done
 
 if ((SMOKE)); then
     # Only that every setup moved traffic of each kind (never how fast).
-    for row in "kernel|$K_TPUT|$K_RTT|$K_CPS|0|0" "${ROWS[@]}"; do
-        IFS='|' read -r kind t r c _ _ <<<"$row"
-        for f in "$t" "$r" "$c"; do
-            python3 -c "import sys; sys.exit(0 if float('$f') > 0 else 1)" ||
-                { echo "lab_bench: $kind measured nothing (iperf3 $t, round trip $r, connections $c)" >&2; exit 1; }
+    for row in "kernel|$K_TPUT|$K_RTT|$K_CPS|$K_P50|$K_P99|-|0|0" "${ROWS[@]}"; do
+        IFS='|' read -r kind t r c p50 p99 gw _ _ <<<"$row"
+        for f in "$t" "$r" "$c" "$p50" "$p99"; do
+            python3 -c "import sys; sys.exit(0 if float('${f:-0}') > 0 else 1)" ||
+                { echo "lab_bench: $kind measured nothing (iperf3 $t, round trip $r, connections $c, connect p50 $p50 us, p99 $p99 us)" >&2; exit 1; }
         done
+        # Through fedgate the gateways took some CPU for the connections they carried.
+        [[ $kind == kernel ]] || python3 -c "import sys; sys.exit(0 if float('$gw') > 0 else 1)" ||
+            { echo "lab_bench: fedgate $kind: no gateway CPU time over the connect loops ('$gw')" >&2; exit 1; }
     done
     echo "lab_bench: smoke run complete"
 fi
