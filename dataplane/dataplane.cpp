@@ -429,10 +429,9 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     // the clock recall() compares with stands still for the burst.
     const Neighbour* hop = nullptr;
     uint64_t hop_word = 0;  // NatRewrite::hop_word() of the packet that set `hop`
-    // hop's frame head: its MAC and the port's (12 bytes as 8 and 4), written by two stores.
+    // hop's frame head: its MAC and the port's, written by two stores.
     Port* hop_port = nullptr;
-    uint64_t hop_l2_lo = 0;
-    uint32_t hop_l2_hi = 0;
+    FrameHead hop_l2;
     uint32_t hits_in_place = 0;  // answer_hit_in_place()'s, counted once for the burst
     // The poll's clock, a local: the rewrite's stores may alias any member, so now_ms_ would be
     // loaded again for every packet. (handle() and answer_hit_in_place() read the member.)
@@ -469,14 +468,9 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
                 }
                 hop_word = word;
                 hop_port = &ports_[rw->out_port];
-                unsigned char l2[12];
-                std::memcpy(l2, hop->mac.data(), RTE_ETHER_ADDR_LEN);
-                std::memcpy(l2 + RTE_ETHER_ADDR_LEN, &hop_port->cfg.mac, RTE_ETHER_ADDR_LEN);
-                std::memcpy(&hop_l2_lo, l2, 8);
-                std::memcpy(&hop_l2_hi, l2 + 8, 4);
+                hop_l2 = FrameHead::of(*hop, hop_port->cfg.mac);
             }
-            std::memcpy(eth, &hop_l2_lo, 8);
-            std::memcpy(eth + 8, &hop_l2_hi, 4);
+            hop_l2.write(eth);
             enqueue(*hop_port, m);
             continue;
         }
@@ -1133,8 +1127,7 @@ template <uint16_t kFixedLen>
             reply_l2(m, rr);
             return true;
         }
-        std::memcpy(d, &rr.l2_lo, 8);
-        std::memcpy(d + 8, &rr.l2_hi, 4);
+        rr.l2.write(d);
         enqueue(ports_[rr.out], m);
         return true;
     }
@@ -1420,11 +1413,7 @@ void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource sou
 void Dataplane::reply_l2(rte_mbuf* m, ReplyRoute& rr) {
     const Neighbour* const n = standby_ ? nullptr : neigh_.recall(rr.neigh, rr.out, rr.nh, now_ms_);
     if (n == nullptr) return send_ipv4(m, rr.out, rr.nh, &rr.neigh);
-    unsigned char l2[12];
-    std::memcpy(l2, n->mac.data(), RTE_ETHER_ADDR_LEN);
-    std::memcpy(l2 + RTE_ETHER_ADDR_LEN, &ports_[rr.out].cfg.mac, RTE_ETHER_ADDR_LEN);
-    std::memcpy(&rr.l2_lo, l2, 8);
-    std::memcpy(&rr.l2_hi, l2 + 8, 4);
+    rr.l2 = FrameHead::of(*n, ports_[rr.out].cfg.mac);
     rr.l2_until = n->permanent ? UINT64_MAX : n->confirmed_ms + neigh_.timers().reachable_ms;
     rr.l2_version = neigh_.version();
     queue_to(m, rr.out, *n);

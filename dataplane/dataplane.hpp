@@ -433,6 +433,26 @@ private:
     // (no memo, an entry to look up or probe, a standby) is send_ipv4()'s. An established flow's
     // packet and a cache hit answered in place leave this way.
     void send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo);
+    // A frame's first 12 bytes, the next hop's MAC and the port's, kept as two words so that a packet
+    // to a next hop already looked up takes them in two stores (a burst's established flows to the
+    // same hop; a cache hit's reply to a requester while its ReplyRoute's MACs hold).
+    struct FrameHead {
+        uint64_t lo = 0;  // bytes 0-7
+        uint32_t hi = 0;  // bytes 8-11
+        [[gnu::always_inline]] static FrameHead of(const Neighbour& n, const rte_ether_addr& port_mac) {
+            unsigned char l2[12];
+            std::memcpy(l2, n.mac.data(), RTE_ETHER_ADDR_LEN);
+            std::memcpy(l2 + RTE_ETHER_ADDR_LEN, &port_mac, RTE_ETHER_ADDR_LEN);
+            FrameHead h;
+            std::memcpy(&h.lo, l2, 8);
+            std::memcpy(&h.hi, l2 + 8, 4);
+            return h;
+        }
+        [[gnu::always_inline]] void write(uint8_t* eth) const {
+            std::memcpy(eth, &lo, 8);
+            std::memcpy(eth + 8, &hi, 4);
+        }
+    };
     // The frame's MACs for `n` (a next hop recall() vouched for) out of port `out`, and onto its TX queue.
     void queue_to(rte_mbuf* m, uint16_t out, const Neighbour& n);
     // The frame onto the port's TX queue as it is, the queue flushed first when full.
@@ -605,20 +625,20 @@ private:
     // requester's). With what follows from the route and the address alone, as fixed: the reply's
     // source (the port's address), its IPv4 header's checksum (every other field of that header
     // is a constant for a hit's reply), and whether the port sums checksums on transmit.
-    // And the reply's MACs (12 bytes as 8 and 4) as the neighbour entry gave them, while the
-    // table's version() is `l2_version` and the clock before `l2_until` (the entry's reachable
-    // time): NeighbourTable::recall() would give the same entry, unread (reply_l2() fills them).
+    // And the reply's MACs (a FrameHead) as the neighbour entry gave them, while the table's
+    // version() is `l2_version` and the clock before `l2_until` (the entry's reachable time):
+    // NeighbourTable::recall() would give the same entry, unread (reply_l2() fills them).
     struct ReplyRoute {
         uint32_t ip = 0, nh = 0;
         uint16_t out = 0, neigh = 0;
         uint32_t src = 0;
         uint16_t ip_sum = 0;
         bool tx_cksum = false;
-        uint32_t l2_hi = 0;
-        uint64_t l2_lo = 0;
-        uint64_t l2_until = 0;  // 0: not filled
         uint32_t l2_version = 0;
+        FrameHead l2 = {};
+        uint64_t l2_until = 0;  // 0: not filled
     };
+    static_assert(sizeof(ReplyRoute) == 48);
     static constexpr std::size_t kReplyRoutes = 256;
     std::array<ReplyRoute, kReplyRoutes> reply_routes_{};
     // A cache hit's reply out by its route when `rr`'s MACs no longer hold: send_ipv4_memo()'s
