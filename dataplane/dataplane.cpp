@@ -243,8 +243,7 @@ uint32_t Dataplane::poll_once() {
 
     for (uint16_t in = 0; in < nports_; ++in) {
         const uint16_t n = rte_eth_rx_burst(ports_[in].cfg.port_id, queue_, pkts, kRxBurst);
-        for (uint16_t at = 0; at < n; at += kBurst)
-            handle_burst(pkts + at, static_cast<uint16_t>(std::min<int>(kBurst, n - at)), in);
+        if (n != 0) handle_burst(pkts, n, in);
         handled += n;
     }
 
@@ -352,11 +351,11 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
             const CacheEntry* first;
         };
     };
-    Lane lane[kBurst];
-    // Left unwritten (not value-initialised, ~1.5 KB a burst) until parse() fills one in.
-    alignas(ParsedPacket) unsigned char parsed_space[kBurst * sizeof(ParsedPacket)];
+    Lane lane[kRxBurst];
+    // Left unwritten (not value-initialised, 4.5 KB for a whole burst) until parse() fills one in.
+    alignas(ParsedPacket) unsigned char parsed_space[kRxBurst * sizeof(ParsedPacket)];
     ParsedPacket* const p = reinterpret_cast<ParsedPacket*>(parsed_space);
-    DropReason parsed[kBurst];  // a full lane's
+    DropReason parsed[kRxBurst];  // a full lane's
     uint64_t bytes = 0;
     constexpr uint32_t kTargetAt = sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr) + sizeof(MsgHeader);
     constexpr uint32_t kRequestEnd = kTargetAt + sizeof(ResolveBody);
