@@ -301,12 +301,15 @@ void Dataplane::flush_session_events() {
     return FastKind::flow;
 }
 
-[[gnu::always_inline]] inline void Dataplane::send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop,
-                                                               uint16_t* memo) {
+[[gnu::always_inline]] inline const Neighbour* Dataplane::send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop,
+                                                                           uint16_t* memo) {
     const Neighbour* const n = memo != nullptr && !standby_ ? neigh_.recall(*memo, out, next_hop, now_ms_) : nullptr;
-    if (n == nullptr) [[unlikely]]
-        return send_ipv4(m, out, next_hop, memo);
+    if (n == nullptr) [[unlikely]] {
+        send_ipv4(m, out, next_hop, memo);
+        return nullptr;
+    }
     queue_to(m, out, *n);
+    return n;
 }
 
 [[gnu::always_inline]] inline void Dataplane::queue_to(rte_mbuf* m, uint16_t out, const Neighbour& n) {
@@ -1410,12 +1413,11 @@ void Dataplane::reply_hit(const Requester& r, ProcessId target, AnswerSource sou
 }
 
 void Dataplane::reply_l2(rte_mbuf* m, ReplyRoute& rr) {
-    const Neighbour* const n = standby_ ? nullptr : neigh_.recall(rr.neigh, rr.out, rr.nh, now_ms_);
-    if (n == nullptr) return send_ipv4(m, rr.out, rr.nh, &rr.neigh);
+    const Neighbour* const n = send_ipv4_memo(m, rr.out, rr.nh, &rr.neigh);
+    if (n == nullptr) return;  // not kept: the next hit recalls again
     rr.l2 = FrameHead::of(*n, ports_[rr.out].cfg.mac);
     rr.l2_until = n->permanent ? UINT64_MAX : n->confirmed_ms + neigh_.timers().reachable_ms;
     rr.l2_version = neigh_.version();
-    queue_to(m, rr.out, *n);
 }
 
 [[gnu::always_inline]] inline uint32_t Dataplane::write_hit_body(uint8_t* body, ProcessId target, AnswerSource source,

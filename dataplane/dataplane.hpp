@@ -434,10 +434,11 @@ private:
     }
     FastKind fast_candidate(const rte_mbuf* m, uint16_t in, FastPacket& f) const;
     // send_ipv4() inline for its common case, the next hop's entry still vouched for by `memo`
-    // (NeighbourTable::recall): the MACs written and the frame queued, no call. Anything else
-    // (no memo, an entry to look up or probe, a standby) is send_ipv4()'s. An established flow's
-    // packet and a cache hit answered in place leave this way.
-    void send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo);
+    // (NeighbourTable::recall): the MACs written and the frame queued, no call; returns that entry.
+    // Anything else (no memo, an entry to look up or probe, a standby) is send_ipv4()'s, and
+    // returns null. A message the lcore finishes leaves this way, and a cache hit answered in
+    // place whose ReplyRoute's MACs no longer hold (reply_l2).
+    const Neighbour* send_ipv4_memo(rte_mbuf* m, uint16_t out, uint32_t next_hop, uint16_t* memo);
     // A frame's first 12 bytes, the next hop's MAC and the port's, kept as two words so that a packet
     // to a next hop already looked up takes them in two stores (a burst's established flows to the
     // same hop; a cache hit's reply to a requester while its ReplyRoute's MACs hold).
