@@ -73,6 +73,14 @@ constexpr uint16_t fold_sum(uint64_t sum) {
     return static_cast<uint16_t>(sum);
 }
 
+// fold_sum() for a sum that fits in 32 bits: its two 16-bit folds only (the first leaves at most
+// 0x1fffe, which the second takes to at most 0xffff).
+constexpr uint16_t fold_sum32(uint32_t sum) {
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(sum);
+}
+
 // A 32-bit field's two 16-bit halves summed (unfolded): what an in-memory-order sum adds for an
 // address kept in network order.
 constexpr uint32_t halves_sum(uint32_t v) { return (v & 0xffff) + (v >> 16); }

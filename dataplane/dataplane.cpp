@@ -366,6 +366,8 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
     // packet stores below may alias any member, so a member would be loaded again for every packet.)
     const bool in_place = checks_[in].answers_in_place;
     const uint32_t in_addr = addrs_[in];
+    // Where a target's cache bucket is (a port that answers in place has a resolver).
+    const ResolveCache::Locator cache_at = in_place ? resolver_->cache_locator() : ResolveCache::Locator{};
     for (int j = 0; j < kPrefetchAhead && j < n; ++j) rte_prefetch0(rte_pktmbuf_mtod(pkts[j], void*));
     for (uint16_t j = 0; j < n; ++j) {
         if (j + kPrefetchAhead < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[j + kPrefetchAhead], void*));
@@ -388,7 +390,7 @@ void Dataplane::handle_burst(rte_mbuf** pkts, uint16_t n, uint16_t in) {
                 rte_pktmbuf_data_len(m) >= kRequestEnd) {
                 l.f.pad = kLaneHit;
                 l.word = load_be64(rte_pktmbuf_mtod_offset(m, const uint8_t*, kTargetAt));
-                l.bucket = resolver_->prefetch_bucket(ProcessId{l.word});
+                l.bucket = cache_at.prefetch_bucket(ProcessId{l.word});
             } else {
                 l.f.pad = kLaneService;
                 l.word = Nat::kNoFlowHash;
@@ -1120,9 +1122,13 @@ template <uint16_t kFixedLen>
         uint8_t* const body = msg + sizeof(MsgHeader);
         store_be64(reinterpret_cast<ResolveReplyBody*>(body)->target, target.value);
         // The request's sum without its checksum field is minus that field (the whole summed to 0xffff).
-        uint16_t udp_sum = static_cast<uint16_t>(~fold_sum(minus(request_sum) + halves_sum(src) + 2 * uint64_t{0xffff} -
-                                                           halves_sum(f.dst_ip) + kChanged +
-                                                           write_hit_record(body, a.source, *a.entry)));
+        // Every term below 2^20 (the record's sum folded, so write_hit_record's below 2^18), so
+        // the whole fits in 32 bits: folded from there (fold_sum's two 32-bit steps were 6
+        // instructions a hit).
+        static_assert(kChanged < 1u << 20);
+        uint16_t udp_sum = static_cast<uint16_t>(~fold_sum32(static_cast<uint32_t>(
+            minus(request_sum) + halves_sum(src) + 2 * uint64_t{0xffff} - halves_sum(f.dst_ip) + kChanged +
+            write_hit_record(body, a.source, *a.entry))));
         if (udp_sum == 0) udp_sum = 0xffff;  // 0 would mean "no checksum"
         store_udp_ipv4(ip, src, f.src_ip, resolve_port_be_, f.src_port, sizeof(MsgHeader) + kReplyBody, reply_ip_sum, udp_sum);
         if (rr.l2_version != neigh_.version() || now_ms_ >= rr.l2_until) [[unlikely]] {

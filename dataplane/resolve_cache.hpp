@@ -70,11 +70,20 @@ public:
     // which it returns; once that is in, prefetch_entry() the first entry's two lines, which it
     // returns for find_from(). Neither changes anything.
     using Bucket = std::atomic<CacheEntry*>;
-    const Bucket* prefetch_bucket(ProcessId key) const {
-        const Bucket* const b = &buckets_[bucket(key)];
-        __builtin_prefetch(b);
-        return b;
-    }
+    const Bucket* prefetch_bucket(ProcessId key) const { return locator().prefetch_bucket(key); }
+    // prefetch_bucket() from the bucket array's address and size, which stay as they are for the
+    // cache's life: taken once for a burst, so that a burst's requests do not each load them again
+    // through the resolver.
+    struct Locator {
+        const Bucket* buckets;
+        unsigned bits;
+        [[gnu::always_inline]] const Bucket* prefetch_bucket(ProcessId key) const {
+            const Bucket* const b = &buckets[key.home(bits)];
+            __builtin_prefetch(b);
+            return b;
+        }
+    };
+    Locator locator() const { return {buckets_.data(), bits_}; }
     static const CacheEntry* prefetch_entry(const Bucket* b) {
         const CacheEntry* const e = b->load(std::memory_order_acquire);
         if (e != nullptr) {

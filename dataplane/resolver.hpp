@@ -99,6 +99,7 @@ public:
     // prefetch_bucket() returns the bucket, for prefetch_entry(); that returns its first entry, for
     // request_hit().
     const ResolveCache::Bucket* prefetch_bucket(ProcessId target) const { return cache_.prefetch_bucket(target); }
+    ResolveCache::Locator cache_locator() const { return cache_.locator(); }
     static const CacheEntry* prefetch_entry(const ResolveCache::Bucket* b) { return ResolveCache::prefetch_entry(b); }
     // A peer (index) answered query `query_id`; `record` null means "not here".
     void answer(int peer, uint64_t query_id, ProcessId target, const DmaAddress* record, uint64_t now_ms);

@@ -75,6 +75,20 @@ TEST(Checksum, FixedLengthSumsFoldToDpdksSumAndVerifyExactlyTheRightSpans) {
     expect_fixed_sum_matches_dpdk<44>();
 }
 
+// fold_sum32 is fold_sum for every sum that fits in 32 bits: the edges of its two folds (0x1fffe
+// and 0x1ffff after the first, all ones, the multiples of 0x10000) and random sums of every width.
+TEST(Checksum, FoldSum32IsFoldSumForEverySumOf32Bits) {
+    std::vector<uint32_t> sums{0, 1, 0xffff, 0x10000, 0x1fffe, 0x1ffff, 0xfffeffff, 0xffff0000, 0xfffffffe, 0xffffffff};
+    for (uint32_t k = 0; k < 0x10000; ++k) {
+        sums.push_back(k << 16 | 0xffff);
+        sums.push_back(k << 16 | (0xffff - k));
+        sums.push_back(k << 16);
+    }
+    std::mt19937 rng(7);
+    for (int i = 0; i < 200000; ++i) sums.push_back(rng() >> (rng() % 32));
+    for (uint32_t s : sums) ASSERT_EQ(fold_sum32(s), fold_sum(s)) << "sum " << s;
+}
+
 // sums_to_ones(s) is fold_sum(s) == 0xffff without the folds: on the edges (0, the multiples of
 // 0xffff, their neighbours, the widest sums) and on random sums of every width.
 TEST(Checksum, SumsToOnesIsTheFoldedSumBeingAllOnes) {
