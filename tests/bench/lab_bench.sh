@@ -299,11 +299,9 @@ PY
     stop_pids
 }
 
-# Both fedgated's CPU time so far (utime + stime, seconds), summed; empty with no gateways up (the
-# kernel pair).
-gateways_cpu_s() {
-    [[ -n ${LAB_PID_A:-} && -n ${LAB_PID_B:-} ]] && kill -0 "$LAB_PID_A" 2>/dev/null || return 0
-    python3 - "$LAB_PID_A" "$LAB_PID_B" <<'PY'
+# PIDs' CPU time so far (utime + stime from /proc/PID/stat, seconds), summed.
+pids_cpu_s() {
+    python3 - "$@" <<'PY'
 import os, sys
 tick = os.sysconf("SC_CLK_TCK")
 total = 0
@@ -314,20 +312,19 @@ print(total / tick)
 PY
 }
 
-# CPU time of PID in ms over IDLE_S quiet seconds, per second.
+# Both fedgated's CPU time so far (seconds), summed; empty with no gateways up (the kernel pair).
+gateways_cpu_s() {
+    [[ -n ${LAB_PID_A:-} && -n ${LAB_PID_B:-} ]] && kill -0 "$LAB_PID_A" 2>/dev/null || return 0
+    pids_cpu_s "$LAB_PID_A" "$LAB_PID_B"
+}
+
+# One process's CPU time over IDLE_S quiet seconds, as ms of CPU a second.
 idle_cpu() {
-    python3 - "$1" "$IDLE_S" <<'PY'
-import os, sys, time
-pid, secs = sys.argv[1], float(sys.argv[2])
-tick = os.sysconf("SC_CLK_TCK")
-def cpu():
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / tick
-t0, c0 = time.monotonic(), cpu()
-time.sleep(secs)
-t1, c1 = time.monotonic(), cpu()
-print(f"{(c1 - c0) / (t1 - t0) * 1000:.1f}")
-PY
+    local t0 c0 t1 c1
+    t0=$(date +%s.%N) c0=$(pids_cpu_s "$1")
+    sleep "$IDLE_S"
+    t1=$(date +%s.%N) c1=$(pids_cpu_s "$1")
+    python3 -c "print(f'{($c1 - $c0) / ($t1 - $t0) * 1000:.1f}')"
 }
 
 echo "== lab_bench: $SECS s each, idle = $IDLE${YIELD_US:+, idle_yield_us = $YIELD_US}${NODES_CPU:+, node programs on CPU $NODES_CPU}${KERNEL_RPS:+, RPS on the kernel pair gateway veths to CPUs $KERNEL_RPS}, fedgate data planes $GATEWAY_CPUS, $CPS_CLIENTS connect loop(s), $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
