@@ -64,21 +64,20 @@ constexpr uint32_t stored64_sum(uint64_t host_value) {
            stored16(static_cast<uint16_t>(host_value));
 }
 
-// Folds an in-memory-order one's-complement sum (any width) to 16 bits.
-constexpr uint16_t fold_sum(uint64_t sum) {
-    sum = (sum & 0xffffffff) + (sum >> 32);
-    sum = (sum & 0xffffffff) + (sum >> 32);
+// Folds an in-memory-order one's-complement sum that fits in 32 bits to 16 bits: the first fold
+// leaves at most 0x1fffe, which the second takes to at most 0xffff.
+constexpr uint16_t fold_sum32(uint32_t sum) {
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     return static_cast<uint16_t>(sum);
 }
 
-// fold_sum() for a sum that fits in 32 bits: its two 16-bit folds only (the first leaves at most
-// 0x1fffe, which the second takes to at most 0xffff).
-constexpr uint16_t fold_sum32(uint32_t sum) {
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    return static_cast<uint16_t>(sum);
+// Folds an in-memory-order one's-complement sum (any width) to 16 bits: to 32 bits first (the
+// first fold leaves at most 0x1fffffffe, which the second takes to at most 0xffffffff).
+constexpr uint16_t fold_sum(uint64_t sum) {
+    sum = (sum & 0xffffffff) + (sum >> 32);
+    sum = (sum & 0xffffffff) + (sum >> 32);
+    return fold_sum32(static_cast<uint32_t>(sum));
 }
 
 // A 32-bit field's two 16-bit halves summed (unfolded): what an in-memory-order sum adds for an

@@ -96,9 +96,8 @@ public:
         counters_.hits.add(n);
     }
     // A request for `target` comes soon: its cache entry prefetched, in two steps (ResolveCache).
-    // prefetch_bucket() returns the bucket, for prefetch_entry(); that returns its first entry, for
-    // request_hit().
-    const ResolveCache::Bucket* prefetch_bucket(ProcessId target) const { return cache_.prefetch_bucket(target); }
+    // cache_locator().prefetch_bucket() returns a target's bucket, for prefetch_entry(); that
+    // returns its first entry, for request_hit().
     ResolveCache::Locator cache_locator() const { return cache_.locator(); }
     static const CacheEntry* prefetch_entry(const ResolveCache::Bucket* b) { return ResolveCache::prefetch_entry(b); }
     // A peer (index) answered query `query_id`; `record` null means "not here".

@@ -597,9 +597,10 @@ TEST(Resolver, LocalHitRepliesOkWithSourceLocal) {
     EXPECT_EQ(rig.res.counters().misses.get(), 0u);
 }
 
-// request_hit() from the entry the burst's second pass read (prefetch_bucket, prefetch_entry): a
-// record's entry and source as cache_answer() gives them; nothing for what the general path takes
-// (a negative entry, an expired one, a miss, target 0). A party-0 ID finds our own party's record.
+// request_hit() from the entry the burst's second pass read (the cache locator's prefetch_bucket,
+// then prefetch_entry): a record's entry and source as cache_answer() gives them; nothing for what
+// the general path takes (a negative entry, an expired one, a miss, target 0). A party-0 ID finds
+// our own party's record.
 TEST(Resolver, RequestHitFromThePrefetchedEntryGivesRecordsOnly) {
     Rig rig;
     const ProcessId local = ProcessId::make(1, 2, 3);
@@ -608,7 +609,7 @@ TEST(Resolver, RequestHitFromThePrefetchedEntryGivesRecordsOnly) {
     rig.cache.upsert(kC, make_record(kC), CacheKind::answered, 3, kT0 + 1);
     rig.cache.upsert(kB, DmaAddress{}, CacheKind::negative, 2, UINT64_MAX);
     const auto hit = [&](ProcessId target, uint64_t now) {
-        return rig.res.request_hit(target, Resolver::prefetch_entry(rig.res.prefetch_bucket(target)), now);
+        return rig.res.request_hit(target, Resolver::prefetch_entry(rig.res.cache_locator().prefetch_bucket(target)), now);
     };
     for (const ProcessId id : {local, ProcessId::make(0, 2, 3)}) {
         const Resolver::CacheAnswer a = hit(id, kT0);
